@@ -1,0 +1,10 @@
+"""Commands of this module (placeholder until its issue lands)."""
+
+from gangscope.errors import not_built
+
+
+def register(groups, common) -> None:
+    p = groups["group"]("collect", "run one collector live").add_parser(
+        "k8s", parents=[common], help="watch the cluster and publish to Kafka"
+    )
+    p.set_defaults(handler=not_built("gangscope collect k8s", 3))

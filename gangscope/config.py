@@ -1,0 +1,289 @@
+"""Settings: flags > ``GANGSCOPE_*`` environment > YAML file > defaults, validated once.
+
+Every section is a dataclass below; its field names are the YAML keys. Environment
+variables map as ``GANGSCOPE_<SECTION>_<KEY>`` (e.g. ``GANGSCOPE_KAFKA_BOOTSTRAP_SERVERS``,
+``GANGSCOPE_PIPELINE_FLUSH_SECONDS``), plus three short forms the contract names:
+``GANGSCOPE_DATA``, ``GANGSCOPE_CLUSTER``, ``GANGSCOPE_CATALOG``. Unknown keys and
+values of the wrong type are errors that name the key and where it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A setting is missing, unknown or of the wrong type; the message names it."""
+
+
+@dataclass
+class KafkaSettings:
+    bootstrap_servers: str | None = None  # None: start the embedded broker
+    topic_prefix: str = "gangscope."
+    partitions: int = 4
+    compression: str = "gzip"
+    # Passed through to kafka-python (security_protocol, sasl_mechanism, sasl_plain_username,
+    # sasl_plain_password, ssl_cafile, ssl_certfile, ssl_keyfile, ...). Never logged.
+    security: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PipelineSettings:
+    group_id: str = "gangscope-pipeline"
+    flush_seconds: float = 2.0
+    batch_records: int = 2000
+    idle_seconds: float = 4.0  # --once: stop after this long with nothing new
+
+
+@dataclass
+class K8sSettings:
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespaces: list[str] = field(default_factory=list)  # empty: all
+    kinds: list[str] = field(default_factory=list)  # empty: every kind of CONTRACT section 2
+    discovery_interval_s: float = 300.0
+    page_limit: int = 500
+    buffer_max_records: int = 100_000
+
+
+@dataclass
+class MetricsSettings:
+    targets: list[dict[str, Any]] = field(default_factory=list)
+    discovery: list[dict[str, Any]] = field(default_factory=list)
+    default_interval_s: float = 15.0
+    default_timeout_s: float = 5.0
+    throughput_metrics: list[str] = field(default_factory=list)
+    signals: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Thresholds:
+    admission_wait_s: float = 600.0
+    gang_timeout_s: float = 300.0
+    throughput_ratio: float = 0.8
+    throughput_min_samples: int = 3
+    bandwidth_ratio: float = 0.6
+    baseline_start_s: float = 120.0
+    baseline_end_s: float = 720.0
+
+
+@dataclass
+class ScheduleSettings:
+    models_build: str = "interval:60"
+    report_hourly: str = "cron:0 * * * *"
+    report_daily: str = "cron:5 0 * * *"
+    compaction: str = "interval:600"
+    retention: str = "cron:30 3 * * *"
+    reports_dir: str | None = None  # default <data>/reports
+    reports_keep: int = 48
+    webhook_url: str | None = None
+
+
+@dataclass
+class RetentionSettings:
+    raw_days: float = 7.0
+    marts_days: float = 90.0
+
+
+@dataclass
+class ServerSettings:
+    listen: str = "127.0.0.1:9108"  # gangscope's own /metrics and /healthz in `run`
+
+
+@dataclass
+class LogSettings:
+    level: str = "INFO"
+    format: str = "text"  # text | json
+
+
+@dataclass
+class Settings:
+    data: Path = Path("gangscope-data")
+    cluster: str = "default"
+    catalog: str | None = None  # None: sqlite:<data>/catalog.sqlite; or postgres://...
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    pipeline: PipelineSettings = field(default_factory=PipelineSettings)
+    k8s: K8sSettings = field(default_factory=K8sSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+    collectors: list[str] = field(default_factory=list)  # for `run`: k8s, metrics
+
+    @property
+    def catalog_url(self) -> str:
+        return self.catalog or f"sqlite:{self.data / 'catalog.sqlite'}"
+
+    @property
+    def lake_path(self) -> Path:
+        return self.data / "lake"
+
+
+_SHORT_ENV = {"GANGSCOPE_DATA": ("data",), "GANGSCOPE_CLUSTER": ("cluster",), "GANGSCOPE_CATALOG": ("catalog",)}
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value == "" and type(None) in typing.get_args(tp)):
+            return None
+        return _coerce(value, args[0], where)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return _build(tp, value, where)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if tp in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            out = tp(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected {'an integer' if tp is int else 'a number'}, got {value!r}") from None
+        if out < 0:
+            raise ConfigError(f"{where}: must not be negative, got {value!r}")
+        return out
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{where}: expected a string, got {type(value).__name__}")
+        return str(value)
+    if tp is Path:
+        return Path(str(value))
+    if origin is list:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {type(value).__name__}")
+        (item,) = typing.get_args(tp)
+        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return dict(value)
+    return value
+
+
+def _build(cls: type, values: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting {unknown[0]!r} (known: {', '.join(sorted(names))})")
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in values.items()}
+    return cls(**kwargs)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and k != "security":
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _env_layer(environ: typing.Mapping[str, str]) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    sections = {f.name: f for f in dataclasses.fields(Settings)}
+    for name, value in environ.items():
+        if not name.startswith("GANGSCOPE_"):
+            continue
+        if name in _SHORT_ENV:
+            layer[_SHORT_ENV[name][0]] = value
+            continue
+        rest = name[len("GANGSCOPE_"):].lower()
+        for sec in sections:
+            tp = typing.get_type_hints(Settings)[sec]
+            if dataclasses.is_dataclass(tp) and rest.startswith(sec + "_"):
+                key = rest[len(sec) + 1:]
+                keys = {g.name for g in dataclasses.fields(tp)}
+                if key in keys:
+                    layer.setdefault(sec, {})[key] = value
+                elif sec == "kafka":
+                    # Security passthrough, e.g. GANGSCOPE_KAFKA_SASL_PLAIN_PASSWORD.
+                    layer.setdefault(sec, {}).setdefault("security", {})[key] = value
+                else:
+                    raise ConfigError(f"environment {name}: unknown setting {sec}.{key}")
+                break
+            if rest == sec and not dataclasses.is_dataclass(tp):
+                layer[sec] = value
+                break
+        else:
+            raise ConfigError(f"environment {name}: unknown setting")
+    return layer
+
+
+def load(
+    config_file: str | os.PathLike[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+    environ: typing.Mapping[str, str] | None = None,
+) -> Settings:
+    """Layer defaults, the YAML file, ``GANGSCOPE_*`` and flag overrides, then validate.
+
+    ``overrides`` holds flag values as a nested dict; ``None`` values are ignored so an
+    unset flag never masks the environment.
+    """
+    environ = os.environ if environ is None else environ
+    config_file = config_file or environ.get("GANGSCOPE_CONFIG")
+    merged: dict[str, Any] = {}
+    if config_file:
+        path = Path(config_file)
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path}: expected a mapping at the top level")
+        merged = _merge(merged, loaded)
+    merged = _merge(merged, _env_layer({k: v for k, v in environ.items() if k != "GANGSCOPE_CONFIG"}))
+    merged = _merge(merged, _drop_none(overrides or {}))
+    settings = _build(Settings, merged, "")
+    _validate(settings)
+    return settings
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            sub = _drop_none(v)
+            if sub:
+                out[k] = sub
+        elif v is not None:
+            out[k] = v
+    return out
+
+
+def _validate(s: Settings) -> None:
+    if not s.cluster:
+        raise ConfigError("cluster: must not be empty")
+    if s.kafka.partitions < 1:
+        raise ConfigError("kafka.partitions: must be at least 1")
+    if s.kafka.compression not in ("gzip", "none", "lz4", "zstd", "snappy"):
+        raise ConfigError(f"kafka.compression: unknown codec {s.kafka.compression!r}")
+    if s.log.format not in ("text", "json"):
+        raise ConfigError(f"log.format: expected text or json, got {s.log.format!r}")
+    if s.catalog and not s.catalog.startswith(("sqlite:", "postgres:", "postgresql:")):
+        raise ConfigError(f"catalog: expected sqlite:PATH or postgres://..., got {s.catalog!r}")
+    for c in s.collectors:
+        if c not in ("k8s", "metrics"):
+            raise ConfigError(f"collectors: unknown collector {c!r} (known: k8s, metrics)")

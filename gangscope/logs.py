@@ -1,0 +1,47 @@
+"""Logging setup: text or JSON lines, with credentials scrubbed from every message."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from datetime import UTC, datetime
+
+# key=value / "key": "value" pairs whose value must never reach a log.
+_SECRET = re.compile(
+    r"(?i)((?:password|passwd|token|secret|sasl_plain_password|authorization|bearer)[\"']?\s*[:=]\s*[\"']?)"
+    r"([^\s\"',}]+)"
+)
+
+
+def scrub(text: str) -> str:
+    return _SECRET.sub(r"\1***", text)
+
+
+class _Text(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record))
+
+
+class _Json(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": scrub(record.getMessage()),
+        }
+        if record.exc_info:
+            out["exc"] = scrub(self.formatException(record.exc_info))
+        return json.dumps(out)
+
+
+def setup(level: str = "INFO", fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Json() if fmt == "json" else _Text("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for noisy in ("kafka", "urllib3", "apscheduler.executors.default"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

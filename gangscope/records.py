@@ -1,0 +1,195 @@
+"""The record contract: the only code that knows gangscope's wire format.
+
+Collectors build records with the constructors here and hand them to a publisher;
+the pipeline decodes them. The format is documented in ``docs/records.md``; change
+both together and bump ``VERSION`` on any incompatible change.
+
+Two record kinds travel on two topics:
+
+* ``k8s`` (topic ``<prefix>k8s``): one Kubernetes watch event, the full object as the
+  API server sent it, plus relist markers. Key: ``<apiVersion>/<kind>/<namespace>/<name>``
+  so one object's events stay in order on one partition.
+* ``scrape`` (topic ``<prefix>metrics``): every sample of one scrape of one target, in
+  columnar form with each series' labels written once. Key: the scrape target.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+VERSION = 1
+
+K8S = "k8s"
+SCRAPE = "scrape"
+
+WATCH_TYPES = ("ADDED", "MODIFIED", "DELETED")
+RELIST_BEGIN = "RELIST_BEGIN"
+RELIST_END = "RELIST_END"
+K8S_TYPES = (*WATCH_TYPES, RELIST_BEGIN, RELIST_END)
+
+_NONFINITE = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
+
+
+def topic_names(prefix: str) -> dict[str, str]:
+    """Topic per record kind."""
+    return {K8S: f"{prefix}k8s", SCRAPE: f"{prefix}metrics"}
+
+
+def rfc3339(ts: datetime) -> str:
+    """RFC 3339 UTC with milliseconds and a Z, the one time format on the wire."""
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)
+    return ts.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """Parse the RFC 3339 forms Kubernetes writes (``Z``, offsets, fractional seconds)."""
+    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def k8s_key(obj: dict[str, Any]) -> bytes:
+    meta = obj.get("metadata") or {}
+    return (
+        f"{obj.get('apiVersion', '')}/{obj.get('kind', '')}/{meta.get('namespace', '')}/{meta.get('name', '')}"
+    ).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class K8sEvent:
+    """One watch event (ADDED/MODIFIED/DELETED) or a relist marker.
+
+    Markers carry no object: ``RELIST_BEGIN`` says a full list of ``api_version``/``kind``
+    follows; ``RELIST_END`` says it is complete (``resource_version`` is the list's).
+    """
+
+    cluster: str
+    type: str
+    observed_at: datetime
+    object: dict[str, Any] | None = None
+    api_version: str | None = None
+    kind: str | None = None
+    resource_version: str | None = None
+
+    def key(self) -> bytes:
+        if self.object is not None:
+            return k8s_key(self.object)
+        return f"{self.api_version}/{self.kind}//".encode()
+
+    def to_bytes(self) -> bytes:
+        if self.type not in K8S_TYPES:
+            raise ValueError(f"unknown watch event type {self.type!r}")
+        rec: dict[str, Any] = {
+            "v": VERSION,
+            "kind": K8S,
+            "cluster": self.cluster,
+            "type": self.type,
+            "observed_at": rfc3339(self.observed_at),
+        }
+        if self.object is not None:
+            rec["object"] = self.object
+        else:
+            rec["api_version"] = self.api_version
+            rec["resource_kind"] = self.kind
+            rec["resource_version"] = self.resource_version
+        return json.dumps(rec, separators=(",", ":")).encode()
+
+
+@dataclass(slots=True)
+class ScrapeBatch:
+    """All samples of one scrape of one target, columnar.
+
+    ``series_metric[i]``/``series_labels[i]`` name series ``i`` (metric name exactly as
+    the exporter wrote it; labels as a dict). Sample ``j`` is ``(sample_series[j],
+    sample_ts_ms[j], sample_value[j])``; a ``None`` timestamp means "at ``scraped_at_ms``".
+    ``up``/``duration_s``/``error`` describe the scrape itself (scrape health).
+    """
+
+    cluster: str
+    target: str
+    job: str
+    instance: str
+    scraped_at_ms: int
+    up: bool = True
+    duration_s: float = 0.0
+    error: str | None = None
+    series_metric: list[str] = field(default_factory=list)
+    series_labels: list[dict[str, str]] = field(default_factory=list)
+    sample_series: list[int] = field(default_factory=list)
+    sample_ts_ms: list[int | None] = field(default_factory=list)
+    sample_value: list[float] = field(default_factory=list)
+
+    def add_series(self, metric: str, labels: dict[str, str]) -> int:
+        self.series_metric.append(metric)
+        self.series_labels.append(labels)
+        return len(self.series_metric) - 1
+
+    def add_sample(self, series: int, value: float, ts_ms: int | None = None) -> None:
+        self.sample_series.append(series)
+        self.sample_ts_ms.append(ts_ms)
+        self.sample_value.append(value)
+
+    def key(self) -> bytes:
+        return self.target.encode()
+
+    def to_bytes(self) -> bytes:
+        return encode_scrape(self)
+
+
+def _finite_or_marker(values: Sequence[float]) -> tuple[list[float | None], list[list[Any]]]:
+    out: list[float | None] = []
+    nonfinite: list[list[Any]] = []
+    for i, v in enumerate(values):
+        if v is None:
+            out.append(None)
+            nonfinite.append([i, None])
+        elif math.isfinite(v):
+            out.append(v)
+        else:
+            out.append(None)
+            nonfinite.append([i, "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")])
+    return out, nonfinite
+
+
+def encode_scrape(b: ScrapeBatch) -> bytes:
+    """Wire form of a scrape batch (see docs/records.md).
+
+    JSON has no NaN/Inf, so non-finite values travel as ``null`` in ``x`` plus an entry
+    ``[index, "NaN"|"+Inf"|"-Inf"]`` in ``nf``; ``[index, null]`` is a value the collector
+    marked missing (a DCGM sentinel, say).
+    """
+    n = len(b.sample_series)
+    if not (len(b.sample_ts_ms) == len(b.sample_value) == n):
+        raise ValueError("sample columns differ in length")
+    if len(b.series_metric) != len(b.series_labels):
+        raise ValueError("series columns differ in length")
+    x, nf = _finite_or_marker(b.sample_value)
+    rec = {
+        "v": VERSION,
+        "kind": SCRAPE,
+        "cluster": b.cluster,
+        "target": b.target,
+        "job": b.job,
+        "instance": b.instance,
+        "scraped_at": b.scraped_at_ms,
+        "up": 1 if b.up else 0,
+        "duration_s": b.duration_s,
+        "error": b.error,
+        "m": b.series_metric,
+        "l": [json.dumps(lbl, separators=(",", ":"), sort_keys=True) for lbl in b.series_labels],
+        "s": b.sample_series,
+        "t": [b.scraped_at_ms if t is None else t for t in b.sample_ts_ms],
+        "x": x,
+        "nf": nf,
+    }
+    return json.dumps(rec, separators=(",", ":"), allow_nan=False).encode()
+
+
+def nonfinite_value(marker: str | None) -> float | None:
+    """Value of an ``nf`` marker: NaN/±Inf, or None for a missing value."""
+    return None if marker is None else _NONFINITE[marker]

@@ -1,0 +1,133 @@
+"""The lake: DuckLake (DuckDB engine, SQLite or PostgreSQL catalog, Parquet files).
+
+A plain DuckDB file cannot be read by a second process while a writer holds it; DuckLake
+can, which is why analysts (``gangscope sql``) and reports read while the pipeline writes.
+An analyst attaches it by hand with the line ``attach_sql()`` returns (see docs/lake.md).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import duckdb
+
+from gangscope.config import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+ALIAS = "lake"
+SCHEMAS = ("raw", "staging", "intermediate", "marts")
+
+# The tables others rely on (CONTRACT section 1b); the pipeline owns them.
+RAW_DDL = """
+CREATE TABLE IF NOT EXISTS raw.k8s_objects (
+    cluster VARCHAR, observed_at TIMESTAMPTZ, event_type VARCHAR, api_version VARCHAR, kind VARCHAR,
+    namespace VARCHAR, name VARCHAR, uid VARCHAR, resource_version VARCHAR, object JSON,
+    kafka_partition INTEGER, kafka_offset BIGINT
+);
+CREATE TABLE IF NOT EXISTS raw.metric_samples (
+    cluster VARCHAR, ts TIMESTAMPTZ, metric VARCHAR, labels JSON, value DOUBLE, node VARCHAR,
+    target VARCHAR, job VARCHAR, instance VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT
+);
+CREATE TABLE IF NOT EXISTS raw.scrapes (
+    cluster VARCHAR, scraped_at TIMESTAMPTZ, target VARCHAR, job VARCHAR, instance VARCHAR, up BOOLEAN,
+    duration_s DOUBLE, samples INTEGER, error VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT
+);
+CREATE TABLE IF NOT EXISTS raw.dead_letters (
+    landed_at TIMESTAMPTZ, topic VARCHAR, "partition" INTEGER, "offset" BIGINT, reason VARCHAR, payload BLOB
+);
+CREATE TABLE IF NOT EXISTS raw.kafka_offsets (
+    topic VARCHAR, "partition" INTEGER, next_offset BIGINT, landed_at TIMESTAMPTZ
+);
+"""
+
+
+def _extension_file(name: str) -> str | None:
+    """The ``.duckdb_extension`` shipped in the ``duckdb-extension-<name>`` wheel, if installed."""
+    try:
+        mod = importlib.import_module(f"duckdb_extension_{name}")
+    except ImportError:
+        return None
+    found = glob.glob(os.path.join(os.path.dirname(mod.__file__ or ""), "**", f"{name}.duckdb_extension"),
+                      recursive=True)
+    return found[0] if found else None
+
+
+def load_extensions(con: duckdb.DuckDBPyConnection, names: tuple[str, ...]) -> None:
+    """Load extensions offline from their PyPI wheels; fall back to the official repository."""
+    for name in names:
+        try:
+            con.load_extension(name)
+            continue
+        except duckdb.Error:
+            pass
+        path = _extension_file(name)
+        if path:
+            con.install_extension(path)
+        else:
+            con.install_extension(name)
+        con.load_extension(name)
+
+
+def catalog_extensions(settings: Settings) -> tuple[str, ...]:
+    if settings.catalog_url.startswith(("postgres:", "postgresql:")):
+        return ("ducklake", "postgres_scanner")
+    return ("ducklake", "sqlite_scanner")
+
+
+def attach_sql(settings: Settings, read_only: bool = False, alias: str = ALIAS) -> str:
+    """The ATTACH statement for this lake (what an analyst types in a plain DuckDB shell)."""
+    url = settings.catalog_url
+    if url.startswith("sqlite:"):
+        catalog = "sqlite:" + os.path.abspath(url[len("sqlite:"):])
+    else:
+        catalog = "postgres:" + url
+    opts = [f"DATA_PATH '{os.path.abspath(settings.lake_path)}/'"]
+    if read_only:
+        opts.append("READ_ONLY")
+    return f"ATTACH 'ducklake:{catalog}' AS {alias} ({', '.join(opts)})"
+
+
+def is_conflict(e: BaseException) -> bool:
+    """A transient catalog conflict that a retry resolves (SQLite lock, DuckLake commit race)."""
+    text = str(e).lower()
+    return any(s in text for s in ("database is locked", "conflict", "busy", "could not serialize"))
+
+
+def retry(fn: Callable[[], T], attempts: int = 30, base_s: float = 0.05) -> T:
+    """Run ``fn`` again on a catalog conflict, with exponential backoff and jitter."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except duckdb.Error as e:
+            if not is_conflict(e) or i == attempts - 1:
+                raise
+            time.sleep(min(2.0, base_s * 2**i) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+def connect(settings: Settings, read_only: bool = False, create: bool = True) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the lake attached as ``lake`` and selected (``USE lake``)."""
+    if create and not read_only:
+        settings.data.mkdir(parents=True, exist_ok=True)
+        settings.lake_path.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(config={"threads": os.cpu_count() or 2})
+    load_extensions(con, catalog_extensions(settings))
+    retry(lambda: con.execute(attach_sql(settings, read_only=read_only)))
+    con.execute(f"USE {ALIAS}")
+    if create and not read_only:
+        def init() -> None:
+            for schema in SCHEMAS:
+                con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            con.execute(RAW_DDL)
+
+        retry(init)
+    return con
