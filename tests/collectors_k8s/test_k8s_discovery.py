@@ -1,0 +1,54 @@
+"""Discovery against the fake API server: version preference, subresources, kind selection."""
+
+from __future__ import annotations
+
+import pytest
+
+from collectors.k8s.client import ApiError, Client
+from collectors.k8s.discovery import SLOTS, resolve, selected_slots, served_resources
+from gangscope.errors import UserError
+from tests.collectors_k8s import objects
+
+
+def test_prefers_newest_served_versions(api, reference):
+    objects.populate(api, reference)  # Kueue v1beta2 and v1beta1, native v1alpha2
+    api.serve("scheduling.k8s.io", "v1beta1", "workloads", "Workload")  # a 1.37 server offers both
+    chosen = resolve(list(SLOTS), served_resources(Client(api.url)))
+    assert chosen["workloads.kueue.x-k8s.io"].api_version == "kueue.x-k8s.io/v1beta2"
+    assert chosen["topologies.kueue.x-k8s.io"].namespaced is False
+    assert chosen["workloads.scheduling.k8s.io"].api_version == "scheduling.k8s.io/v1beta1"
+    assert chosen["podgroups.scheduling.k8s.io"].api_version == "scheduling.k8s.io/v1alpha2"
+    assert chosen["podgroups.scheduling.x-k8s.io"].path("ns1") == \
+        "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ns1/podgroups"
+    assert chosen["nodes"].path("ns1") == "/api/v1/nodes"  # cluster-scoped ignores the namespace
+    assert chosen["events"].api_version == "v1"
+
+
+def test_unserved_kinds_resolve_to_none_and_old_kueue_falls_back(api, reference):
+    objects.populate(api, reference, kueue_versions=("v1beta1",), native=False)
+    chosen = resolve(list(SLOTS), served_resources(Client(api.url)))
+    assert chosen["workloads.kueue.x-k8s.io"].api_version == "kueue.x-k8s.io/v1beta1"
+    assert chosen["workloads.scheduling.k8s.io"] is None
+    assert chosen["podgroups.scheduling.k8s.io"] is None
+
+
+def test_events_fall_back_to_events_k8s_io(api):
+    api.serve("events.k8s.io", "v1", "events", "Event")
+    chosen = resolve(list(SLOTS), served_resources(Client(api.url)))
+    assert chosen["events"].api_version == "events.k8s.io/v1"
+    assert chosen["pods"] is None
+
+
+def test_kind_selection():
+    assert [s.name for s in selected_slots(["Pod", "PodGroup"])] == [
+        "pods", "podgroups.scheduling.x-k8s.io", "podgroups.scheduling.volcano.sh", "podgroups.scheduling.k8s.io"]
+    (ev,) = selected_slots(["events.events.k8s.io"])
+    assert ev.alternatives == (("events.k8s.io", ("v1",)),)
+    assert len(selected_slots([])) == len(SLOTS)
+    with pytest.raises(UserError, match="unknown kind 'deployments'"):
+        selected_slots(["deployments"])
+
+
+def test_unreachable_server_is_an_api_error():
+    with pytest.raises(ApiError):
+        served_resources(Client("http://127.0.0.1:9"))

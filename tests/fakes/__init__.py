@@ -1,0 +1,1 @@
+"""Fakes that speak real protocols over real sockets (no mocks of our own code)."""

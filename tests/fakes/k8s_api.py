@@ -1,0 +1,356 @@
+"""A small Kubernetes API server for tests: the real HTTP protocol, any resource you register.
+
+It serves discovery (``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>/<version>``),
+paginated lists (``limit``/``continue``, ``labelSelector`` equality terms), and watches:
+chunked JSON lines from a ``resourceVersion``, BOOKMARK events, ``410 Gone`` for a
+compacted resourceVersion (as an HTTP 410 or as an ``ERROR`` event, see ``gone_as``),
+and connections dropped mid-stream on demand (``drop_watch_after``).
+
+Usage::
+
+    api = FakeApiServer().start()
+    api.serve("", "v1", "pods", "Pod")
+    api.put("", "v1", "pods", {"metadata": {"name": "p", "namespace": "ns"}, ...})
+    api.url  # http://127.0.0.1:PORT
+    api.stop()
+
+resourceVersions are one global counter, like etcd's. ``compact()`` forgets history so
+older resourceVersions get 410.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+GVR = tuple[str, str, str]  # group ("" for core), version, plural
+
+
+@dataclass
+class _Resource:
+    kind: str
+    namespaced: bool
+    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (ns, name) -> obj
+    history: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)  # (rv, type, obj)
+
+
+def _api_version(group: str, version: str) -> str:
+    return f"{group}/{version}" if group else version
+
+
+def _matches(obj: dict[str, Any], selector: str | None) -> bool:
+    if not selector:
+        return True
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in selector.split(","):
+        term = term.strip()
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+class FakeApiServer:
+    """Thread-safe in-memory API server on a loopback port."""
+
+    def __init__(self, bookmark_interval_s: float = 0.2) -> None:
+        self.resources: dict[GVR, _Resource] = {}
+        self.rv = 100
+        self.min_rv = 0  # watches/continues from below this get 410
+        self.cond = threading.Condition()
+        self.bookmark_interval_s = bookmark_interval_s
+        self.gone_as = "http"  # or "event": 200 then an ERROR event with a Status code 410
+        self.drop_watch_after: int | None = None  # cut the next watch stream after this many events
+        self.break_gen = 0
+        self.requests: list[tuple[str, dict[str, list[str]]]] = []
+        self.served_lists = 0
+        self.authorizations: list[str | None] = []  # the Authorization header of each request
+        self._server: ThreadingHTTPServer | None = None
+        self._closing = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> FakeApiServer:
+        api = self
+
+        class Handler(_Handler):
+            server_api = api
+
+        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="fake-k8s-api", daemon=True).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self._closing = True
+        with self.cond:
+            self.cond.notify_all()
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+    # -- state -------------------------------------------------------------------------
+    def serve(self, group: str, version: str, plural: str, kind: str, namespaced: bool = True) -> None:
+        """Start serving a resource (a CRD being installed)."""
+        with self.cond:
+            self.resources.setdefault((group, version, plural), _Resource(kind, namespaced))
+
+    def unserve(self, group: str, version: str, plural: str) -> None:
+        with self.cond:
+            self.resources.pop((group, version, plural), None)
+
+    def put(self, group: str, version: str, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or update; returns the stored copy (with uid and resourceVersion set)."""
+        with self.cond:
+            res = self.resources[(group, version, plural)]
+            obj = copy.deepcopy(obj)
+            obj["apiVersion"], obj["kind"] = _api_version(group, version), res.kind
+            meta = obj.setdefault("metadata", {})
+            if not res.namespaced:
+                meta.pop("namespace", None)
+            key = (meta.get("namespace", ""), meta["name"])
+            old = res.objects.get(key)
+            meta["uid"] = old["metadata"]["uid"] if old else meta.get("uid") or str(uuid.uuid4())
+            meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+            self.rv += 1
+            meta["resourceVersion"] = str(self.rv)
+            res.objects[key] = obj
+            res.history.append((self.rv, "MODIFIED" if old else "ADDED", obj))
+            self.cond.notify_all()
+            return copy.deepcopy(obj)
+
+    def delete(self, group: str, version: str, plural: str, name: str, namespace: str = "") -> None:
+        with self.cond:
+            res = self.resources[(group, version, plural)]
+            obj = copy.deepcopy(res.objects.pop((namespace, name)))
+            self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            res.history.append((self.rv, "DELETED", obj))
+            self.cond.notify_all()
+
+    def compact(self) -> None:
+        """Forget all history: every resourceVersion held by a client is now too old (410)."""
+        with self.cond:
+            self.rv += 1
+            self.min_rv = self.rv
+            for res in self.resources.values():
+                res.history.clear()
+
+    def break_watches(self) -> None:
+        """Close every open watch stream at once, abruptly."""
+        with self.cond:
+            self.break_gen += 1
+            self.cond.notify_all()
+
+    def count_requests(self, watch: bool | None = None, path: str | None = None) -> int:
+        return sum(1 for p, q in list(self.requests)
+                   if (path is None or p == path) and (watch is None or ("watch" in q) == watch))
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # clients hang up on watches all the time
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_api: FakeApiServer
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def _json(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _status(self, code: int, reason: str, message: str) -> None:
+        self._json(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                          "message": message, "reason": reason, "code": code})
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        api = self.server_api
+        u = urlparse(self.path)
+        q = parse_qs(u.query)
+        api.requests.append((u.path, q))
+        api.authorizations.append(self.headers.get("Authorization"))
+        parts = [p for p in u.path.split("/") if p]
+        with api.cond:
+            groups: dict[str, list[str]] = {}
+            for g, v, _ in api.resources:
+                groups.setdefault(g, [])
+                if v not in groups[g]:
+                    groups[g].append(v)
+        if parts == ["api"]:
+            return self._json(200, {"kind": "APIVersions", "versions": groups.get("", []),
+                                    "serverAddressByClientCIDRs": []})
+        if parts == ["apis"]:
+            return self._json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                 "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
+                for g, vs in groups.items() if g]})
+        if parts and parts[0] == "api":
+            group, rest = "", parts[1:]
+        elif parts and parts[0] == "apis" and len(parts) >= 3:
+            group, rest = parts[1], parts[2:]
+        else:
+            return self._status(404, "NotFound", f"the server could not find the requested resource {u.path}")
+        version, rest = rest[0], rest[1:]
+        if not rest:
+            return self._discovery(group, version)
+        namespace = ""
+        if len(rest) == 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if len(rest) != 1:
+            return self._status(404, "NotFound", f"unsupported path {u.path}")
+        with api.cond:
+            res = api.resources.get((group, version, rest[0]))
+        if res is None:
+            return self._status(404, "NotFound", f"the server could not find the requested resource {u.path}")
+        one = lambda name: q.get(name, [None])[0]  # noqa: E731
+        if one("watch") in ("1", "true"):
+            return self._watch(res, namespace, one("resourceVersion"), one("allowWatchBookmarks") == "true",
+                               float(one("timeoutSeconds") or 60), one("labelSelector"))
+        return self._list(res, group, version, namespace, int(one("limit") or 0), one("continue"),
+                          one("labelSelector"))
+
+    def _discovery(self, group: str, version: str) -> None:
+        api = self.server_api
+        with api.cond:
+            found = {p: r for (g, v, p), r in api.resources.items() if g == group and v == version}
+        if not found:
+            return self._status(404, "NotFound", f"group version {group}/{version} not served")
+        resources = []
+        for plural, r in found.items():
+            verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+            resources.append({"name": plural, "singularName": r.kind.lower(), "namespaced": r.namespaced,
+                              "kind": r.kind, "verbs": verbs})
+            resources.append({"name": f"{plural}/status", "singularName": "", "namespaced": r.namespaced,
+                              "kind": r.kind, "verbs": ["get", "patch", "update"]})
+        self._json(200, {"kind": "APIResourceList", "apiVersion": "v1",
+                         "groupVersion": _api_version(group, version), "resources": resources})
+
+    def _list(self, res: _Resource, group: str, version: str, namespace: str, limit: int, cont: str | None,
+              selector: str | None) -> None:
+        api = self.server_api
+        with api.cond:
+            if cont:
+                rv_s, _, offset_s = cont.partition(":")
+                if int(rv_s) < api.min_rv:
+                    return self._status(410, "Expired", "The provided continue parameter is too old")
+                list_rv, offset = int(rv_s), int(offset_s)
+            else:
+                list_rv, offset = api.rv, 0
+            items = [o for (ns, _), o in res.objects.items() if (not namespace or ns == namespace)
+                     and _matches(o, selector)]
+            page = items[offset:offset + limit] if limit else items[offset:]
+            more = bool(limit) and offset + limit < len(items)
+            api.served_lists += 1
+            body = json.dumps({
+                "kind": f"{res.kind}List", "apiVersion": _api_version(group, version),
+                "metadata": {"resourceVersion": str(list_rv), **({"continue": f"{list_rv}:{offset + limit}"}
+                                                                   if more else {})},
+                # Real lists leave apiVersion/kind off the items.
+                "items": [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in page],
+            }).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _watch(self, res: _Resource, namespace: str, rv_s: str | None, bookmarks: bool, timeout_s: float,
+               selector: str | None) -> None:
+        api = self.server_api
+        with api.cond:
+            since = int(rv_s) if rv_s not in (None, "", "0") else api.rv
+            if since < api.min_rv:
+                if api.gone_as == "http":
+                    return self._status(410, "Expired", f"too old resource version: {since} ({api.min_rv})")
+                gone = True
+            else:
+                gone = False
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if gone:
+            status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                      "message": f"too old resource version: {since} ({api.min_rv})", "reason": "Expired",
+                      "code": 410}
+            self._chunk(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
+            self._chunk(b"")
+            return
+        deadline = time.monotonic() + timeout_s
+        gen = api.break_gen
+        last_bookmark = time.monotonic()
+        sent = 0
+        while True:
+            with api.cond:
+                pending = [(rv, t, o) for rv, t, o in res.history if rv > since]
+                if not pending and not api._closing:
+                    api.cond.wait(min(api.bookmark_interval_s, max(0.0, deadline - time.monotonic())) or 0.01)
+                    pending = [(rv, t, o) for rv, t, o in res.history if rv > since]
+                drop_after = api.drop_watch_after
+                current_rv = api.rv
+            if api._closing or api.break_gen != gen:
+                return self._abort()
+            for rv, etype, obj in pending:
+                since = rv
+                meta = obj["metadata"]
+                if namespace and meta.get("namespace") != namespace or not _matches(obj, selector):
+                    continue
+                if drop_after is not None and sent >= drop_after:
+                    with api.cond:
+                        api.drop_watch_after = None
+                    # Half a line, then the socket closes without the terminating chunk.
+                    self._chunk(json.dumps({"type": etype, "object": obj}).encode()[:25])
+                    return self._abort()
+                self._chunk(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+                sent += 1
+            if not pending:
+                since = max(since, current_rv)
+            now = time.monotonic()
+            if bookmarks and now - last_bookmark >= api.bookmark_interval_s:
+                bm = {"kind": res.kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(since)}}
+                self._chunk(json.dumps({"type": "BOOKMARK", "object": bm}).encode() + b"\n")
+                last_bookmark = now
+            if now >= deadline:
+                self._chunk(b"")
+                return
+
+    def _abort(self) -> None:
+        self.close_connection = True
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(2)
+        except OSError:
+            pass
