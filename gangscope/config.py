@@ -40,6 +40,7 @@ class PipelineSettings:
     group_id: str = "gangscope-pipeline"
     flush_seconds: float = 2.0
     batch_records: int = 2000
+    batch_bytes: int = 32 << 20  # pipeline: also flush at this many value bytes (bounds memory)
     idle_seconds: float = 4.0  # --once: stop after this long with nothing new
 
 
@@ -62,6 +63,9 @@ class MetricsSettings:
     default_timeout_s: float = 5.0
     throughput_metrics: list[str] = field(default_factory=list)
     signals: dict[str, list[str]] = field(default_factory=dict)
+    # Processes that parse and encode scrapes (collectors/metrics/scrape.py). None: one per core
+    # when there are at least 100 targets, else parse in the scraper; 0: always in the scraper.
+    parse_workers: int | None = None
 
 
 @dataclass
@@ -73,6 +77,15 @@ class Thresholds:
     bandwidth_ratio: float = 0.6
     baseline_start_s: float = 120.0
     baseline_end_s: float = 720.0
+    # Added for the SQL models (issue #6): bucket width the models align samples to (the scrape interval),
+    # how long a GPU's series must be absent while its node's other GPUs report to count as gone, and how
+    # many devices may show the same XID before it is read as a workload error rather than hardware.
+    bucket_s: float = 15.0
+    gpu_missing_s: float = 120.0
+    xid_spread_devices: int = 3
+    # A bandwidth drop counts only if the node's traffic fell below this share of the job's own throughput
+    # ratio (traffic that shrinks exactly as much as the work is a symptom of the slowdown, not its cause).
+    bandwidth_vs_throughput: float = 0.75
 
 
 @dataclass
@@ -91,6 +104,8 @@ class ScheduleSettings:
 class RetentionSettings:
     raw_days: float = 7.0
     marts_days: float = 90.0
+    # Parquet files no snapshot needs are deleted only after this grace, so running queries finish (issue #8).
+    file_grace_minutes: float = 10.0
 
 
 @dataclass
@@ -109,6 +124,8 @@ class Settings:
     data: Path = Path("gangscope-data")
     cluster: str = "default"
     catalog: str | None = None  # None: sqlite:<data>/catalog.sqlite; or postgres://...
+    # DuckLake DATA_PATH for the Parquet files; None: <data>/lake. Object storage: s3://bucket/lake/ (issue #8).
+    lake_data_path: str | None = None
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
     k8s: K8sSettings = field(default_factory=K8sSettings)

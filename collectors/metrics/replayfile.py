@@ -1,0 +1,113 @@
+"""Replay files: Prometheus text where every sample carries a millisecond timestamp (CONTRACT section 2).
+
+The file is read in slices of lines and parsed with the same fast parser as live scrapes,
+so a multi-GB file streams in bounded memory. Samples are grouped into one ``ScrapeBatch``
+per (job, instance, timestamp), the target identity coming from each sample's ``job`` and
+``instance`` labels (or the ``job``/``instance`` arguments, which win). Those two labels
+are target labels, so they leave the sample's label set (as in a live scrape, where they
+are columns of the batch, not labels).
+
+Batches come out in timestamp order. A batch is held until the file has moved past its
+timestamp, so within a bounded window (``max_buffered_samples``) the file need not be
+sorted (e.g. each series listed with all its timestamps in turn); past it, the oldest
+batches are released, and a sample older than something already released is an error
+naming file and line: sort such a file first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from itertools import islice
+
+from collectors.metrics.parse import parse_text
+from gangscope.errors import UserError
+from gangscope.records import ScrapeBatch
+
+SLICE_LINES = 20_000
+
+
+def _batch_key(b: ScrapeBatch) -> tuple[int, str, str]:
+    return (b.scraped_at_ms, b.job, b.instance)
+
+
+def read_metrics_file(
+    path: str | os.PathLike[str],
+    cluster: str,
+    job: str | None = None,
+    instance: str | None = None,
+    max_buffered_samples: int = 500_000,
+) -> Iterator[ScrapeBatch]:
+    """Yield the file's samples as ScrapeBatches, one per (job, instance, timestamp), in time order.
+
+    Raises ``UserError("<path>:<line>: ...")`` for a sample without a timestamp, a broken line,
+    a sample with no job/instance to name its target, or one too far out of time order.
+    """
+    path = os.fspath(path)
+    try:
+        f = open(path, encoding="utf-8", errors="strict", newline="\n")  # noqa: SIM115 - `with f` below
+    except OSError as e:
+        raise UserError(f"{path}: cannot open: {e.strerror}") from None
+    pending: dict[tuple[str, str, int], ScrapeBatch] = {}
+    buffered = 0
+    released_ms: int | None = None  # newest timestamp already yielded
+    latest_ms: int | None = None
+
+    def release(upto_ms: int | None) -> Iterator[ScrapeBatch]:
+        """Yield pending batches older than ``upto_ms`` (all when None), oldest first."""
+        nonlocal buffered, released_ms
+        ready = [b for b in pending.values() if upto_ms is None or b.scraped_at_ms < upto_ms]
+        ready.sort(key=_batch_key)
+        for b in ready:
+            del pending[(b.job, b.instance, b.scraped_at_ms)]
+            buffered -= len(b.sample_value)
+            released_ms = b.scraped_at_ms
+            yield b
+
+    with f:
+        first_line = 1
+        while True:
+            try:
+                lines = list(islice(f, SLICE_LINES))
+            except UnicodeDecodeError as e:
+                raise UserError(f"{path}: not UTF-8 text near line {first_line}: {e.reason}") from None
+            if not lines:
+                break
+            # A line of the slice may end without "\n" only at end of file; join keeps numbering exact.
+            parsed = parse_text("".join(line.rstrip("\n") + "\n" for line in lines), require_timestamps=True,
+                                first_line=first_line)
+            first_line += len(lines)
+            if parsed.errors:
+                line, reason = parsed.errors[0]
+                raise UserError(f"{path}:{line}: {reason}")
+            for name, labels, value, ts, line in zip(parsed.metric, parsed.labels, parsed.value, parsed.ts_ms,
+                                                     parsed.line, strict=True):
+                assert ts is not None
+                j = job or labels.get("job")
+                inst = instance or labels.get("instance")
+                if not j or not inst:
+                    missing = "job" if not j else "instance"
+                    raise UserError(f"{path}:{line}: sample has no {missing} label; "
+                                    f"pass --{missing} to name the target")
+                if released_ms is not None and ts < released_ms:
+                    raise UserError(f"{path}:{line}: timestamp {ts} is older than samples already replayed "
+                                    f"({released_ms}); sort the file by timestamp")
+                if "job" in labels or "instance" in labels:
+                    labels = {k: v for k, v in labels.items() if k not in ("job", "instance")}
+                key = (j, inst, ts)
+                b = pending.get(key)
+                if b is None:
+                    b = pending[key] = ScrapeBatch(cluster=cluster, target=inst, job=j, instance=inst,
+                                                   scraped_at_ms=ts)
+                b.add_sample(b.add_series(name, labels), value, ts)
+                buffered += 1
+                if latest_ms is None or ts > latest_ms:
+                    latest_ms = ts
+            if buffered > max_buffered_samples:
+                # Release what the file has moved past; if that is not enough, the oldest of the rest.
+                yield from release(latest_ms)
+                while buffered > max_buffered_samples and pending:
+                    oldest = min(pending.values(), key=_batch_key).scraped_at_ms
+                    yield from release(oldest + 1)
+    yield from release(None)
+

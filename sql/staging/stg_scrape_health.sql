@@ -1,0 +1,31 @@
+-- Scrape health: one row per scrape of a target (the `up`/duration/samples series Prometheus keeps),
+-- deduplicated (a record the publisher re-sent after a lost ack lands twice with different offsets).
+-- A target that is down has up = false and its error; a scrape that returned but had broken
+-- lines is up with an error naming the first broken line.
+-- column: cluster: cluster name
+-- column: scraped_at: when the scrape started
+-- column: target: scrape target (URL, or instance for replayed files)
+-- column: scrape_job: scrape job (dcgm, node, kueue, scheduler, ray, training, ...)
+-- column: instance: host:port of the target
+-- column: up: the target answered with HTTP 200 and a body
+-- column: duration_s: how long the scrape took (request and parse)
+-- column: samples: samples in the scrape
+-- column: error: why the scrape failed, or the first broken exposition line; NULL when clean
+-- column: interval_s: seconds since this target's previous scrape (NULL for the first)
+WITH scrapes AS (
+    SELECT *
+    FROM raw.scrapes
+    QUALIFY row_number() OVER (PARTITION BY cluster, target, scraped_at ORDER BY kafka_partition, kafka_offset) = 1
+)
+SELECT
+    cluster,
+    scraped_at,
+    target,
+    job AS scrape_job,
+    instance,
+    up,
+    duration_s,
+    samples,
+    nullif(error, '') AS error,
+    epoch(scraped_at) - epoch(lag(scraped_at) OVER (PARTITION BY cluster, target ORDER BY scraped_at)) AS interval_s
+FROM scrapes

@@ -1,0 +1,194 @@
+"""sql/staging/stg_metric_signals.sql and stg_scrape_health.sql on a real DuckLake lake."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from collectors.metrics.signals import SIGNALS, signal_map, sql_variables
+from gangscope import config
+from pipeline import lake, models
+
+SQL = Path(__file__).resolve().parents[2] / "sql" / "staging"
+T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
+COLUMNS = ["cluster", "ts", "signal", "metric", "node", "gpu", "device", "namespace", "pod", "job_name", "value",
+           "target", "scrape_job"]
+
+
+def _t(i: int) -> datetime:
+    return T0 + timedelta(seconds=15 * i)
+
+
+class Lake:
+    def __init__(self, settings: config.Settings) -> None:
+        self.settings = settings
+        self.con = lake.connect(settings)
+        self.con.execute("CREATE TABLE staging.stg_node_addresses (cluster VARCHAR, node VARCHAR, address VARCHAR)")
+        self.con.execute("INSERT INTO staging.stg_node_addresses VALUES ('c1', 'gpu-b', 'gpu-b'), "
+                         "('c1', 'gpu-b', '10.1.0.5'), ('c2', 'other', '10.1.0.5')")
+        self.rows: list[tuple] = []
+
+    def add(self, i: int, metric: str, labels: dict[str, str], value: float, *, target: str = "t-a",
+            job: str = "dcgm", instance: str = "10.9.9.9:9400", node: str | None = None) -> None:
+        self.rows.append(("c1", _t(i), metric, json.dumps(labels, sort_keys=True), value, node, target, job,
+                          instance, 0, len(self.rows)))
+
+    def signals(self) -> list[dict]:
+        self.con.executemany("INSERT INTO raw.metric_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self.rows)
+        self.rows = []
+        models.set_variables(self.con, sql_variables(self.settings))
+        self.con.execute("SET VARIABLE watermark = '-infinity'::TIMESTAMPTZ")
+        cur = self.con.execute((SQL / "stg_metric_signals.sql").read_text())
+        cols = [d[0] for d in cur.description]
+        assert cols == COLUMNS
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
+@pytest.fixture
+def lk(offline_settings: config.Settings):
+    s = config.load(overrides={"data": str(offline_settings.data), "metrics": {"throughput_metrics": ["my_rate"]}},
+                    environ={})
+    out = Lake(s)
+    yield out
+    out.con.close()
+
+
+def _pick(rows: list[dict], **where: object) -> list[dict]:
+    return sorted((r for r in rows if all(r[k] == v for k, v in where.items())), key=lambda r: r["ts"])
+
+
+def test_gauges_units_sentinels_and_node_from_hostname_label(lk: Lake) -> None:
+    a = {"gpu": "0", "UUID": "GPU-1", "device": "nvidia0", "Hostname": "gpu-a"}
+    b = {"gpu": "1", "UUID": "GPU-2", "device": "nvidia1", "hostname": "gpu-a", "pod": "llm-0", "namespace": "ns"}
+    for i in range(3):
+        lk.add(i, "DCGM_FI_DEV_GPU_UTIL", a, [97, 9223372036854775794, 88][i])
+        lk.add(i, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", a, 1500.0 + i)
+        lk.add(i, "DCGM_FI_PROF_PCIE_TX_BYTES", a, [2e9, 140737488355329.0, math.nan][i])
+        lk.add(i, "DCGM_FI_DEV_SM_CLOCK", a, 1980)  # not a signal
+    lk.add(0, "DCGM_FI_DEV_GPU_UTIL", b, 50)  # GPU 1 only reports once: no zero filling after
+    lk.add(1, "DCGM_FI_DEV_XID_ERRORS", {**a, "err_code": "79", "err_msg": "GPU has fallen off the bus"}, 79)
+    rows = lk.signals()
+    util = _pick(rows, signal="gpu_util", gpu="0")
+    assert [r["value"] for r in util] == [97, None, 88]  # INT64 sentinel -> NULL
+    assert {(r["node"], r["scrape_job"], r["target"], r["device"]) for r in util} == {("gpu-a", "dcgm", "t-a", None)}
+    nv = _pick(rows, signal="nvlink_bw")
+    assert [r["value"] for r in nv] == [1.5e9, 1.501e9, 1.502e9]  # MB/s rate, not a counter: x 1e6 bytes/s
+    pcie = _pick(rows, signal="pcie_bw")
+    assert [r["value"] for r in pcie] == [2e9, None, None]  # FP64 sentinel and NaN -> NULL
+    one = _pick(rows, signal="gpu_util", gpu="1")
+    assert len(one) == 1 and (one[0]["node"], one[0]["pod"], one[0]["namespace"]) == ("gpu-a", "llm-0", "ns")
+    (xid,) = _pick(rows, signal="xid")
+    assert xid["value"] == 79 and xid["ts"] == _t(1)
+    assert not _pick(rows, metric="DCGM_FI_DEV_SM_CLOCK")
+
+
+def test_counter_rates_reset_and_saturation_node_from_instance(lk: Lake) -> None:
+    ib = {"device": "mlx5_0", "port": "1"}
+    kw = {"target": "http://10.1.0.5:9100/metrics", "job": "node", "instance": "10.1.0.5:9100"}
+    for i, v in enumerate([1000, 16000, 500, 2000]):
+        lk.add(i, "node_infiniband_port_data_received_bytes_total", ib, v, **kw)
+    for i, v in enumerate([4294967000, 4294967295, 4294967295, 4294967295]):
+        lk.add(i, "node_infiniband_symbol_error_total", ib, v, **kw)
+    lk.add(0, "node_infiniband_state_id", ib, 4, **kw)
+    lk.add(1, "node_infiniband_state_id", ib, 1, **kw)
+    lk.add(0, "node_infiniband_info", {**ib, "board_id": "x"}, 1, **kw)
+    rows = lk.signals()
+    bw = _pick(rows, signal="ib_bw")
+    assert [r["value"] for r in bw] == [None, 1000.0, 500 / 15, 100.0]  # first: no rate; then reset handled
+    assert {(r["node"], r["device"], r["gpu"]) for r in bw} == {("gpu-b", "mlx5_0/1", None)}  # via instance address
+    err = _pick(rows, signal="ib_errors")
+    assert [r["value"] for r in err] == [None, 295 / 15, None, None]  # saturated at 2^32-1: unknown, not zero
+    assert [r["value"] for r in _pick(rows, signal="ib_port_state")] == [4, 1]
+    assert len(rows) == 10
+
+
+def test_counter_rate_skips_sentinel_and_series_split_by_target(lk: Lake) -> None:
+    lbl = {"gpu": "0", "Hostname": "gpu-a"}
+    for i, v in enumerate([10, 9223372036854775792, 40]):
+        lk.add(i, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", lbl, v)
+    lk.add(0, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", lbl, 1000, target="t-other")
+    lk.add(1, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", lbl, 1000, target="t-other")
+    rows = lk.signals()
+    mine = _pick(rows, signal="ecc_dbe", target="t-a")
+    assert [r["value"] for r in mine] == [None, None, 1.0]  # (40 - 10) / 30 s across the sentinel
+    assert [r["value"] for r in _pick(rows, signal="ecc_dbe", target="t-other")] == [None, 0.0]
+
+
+def test_case_insensitive_keys_pods_throughput_kueue_ray_nvlink_links(lk: Lake) -> None:
+    lk.add(0, "DCGM_FI_DEV_GPU_UTIL", {"gpu": "3", "HOSTNAME": "gpu-c"}, 10)
+    lk.add(0, "DCGM_FI_DEV_GPU_UTIL", {"gpu": "4", "Hostname": "gpu-c"}, 10, node="from-raw")
+    lk.add(0, "DCGM_FI_DEV_NVLINK_BANDWIDTH_L3", {"gpu_uuid": "GPU-9", "nvlink": "3", "hostname": "gpu-c"}, 2)
+    lk.add(0, "DCGM_FI_PROF_NVLINK_L5_TX_BYTES", {"gpu": "2", "Hostname": "gpu-c"}, 7)
+    tr = {"pod": "llm-1", "namespace": "team"}
+    kw = {"job": "training", "target": "http://10.2.0.1:8000/metrics", "instance": "10.2.0.1:8000"}
+    lk.add(0, "llm_tokens_per_second", tr, 1234.5, **kw)
+    for i, v in enumerate([0, 300]):
+        lk.add(i, "trainer_samples_total", {"exported_pod": "w-0", "exported_namespace": "team", "job_name": "bert"},
+               v, **kw)
+    lk.add(0, "my_rate", {"Pod": "llm-2", "Namespace": "team"}, 5, **kw)  # configured name, keys in any case
+    lk.add(0, "kueue_pending_workloads", {"cluster_queue": "cq-a", "status": "inadmissible"}, 3, job="kueue")
+    lk.add(0, "ray_placement_groups", {"State": "PENDING"}, 2, job="ray")
+    lk.add(0, "ray_placement_groups", {"State": "CREATED"}, 9, job="ray")
+    rows = lk.signals()
+    assert {r["gpu"]: r["node"] for r in _pick(rows, signal="gpu_util")} == {"3": "gpu-c", "4": "from-raw"}
+    link, prof = sorted(_pick(rows, signal="nvlink_bw"), key=lambda r: r["metric"])
+    assert (link["gpu"], link["device"], link["value"]) == ("GPU-9", "nvlink3", 2e6)
+    assert (prof["gpu"], prof["device"], prof["value"]) == ("2", "nvlink5", 7)
+    thr = _pick(rows, signal="throughput")
+    assert len(thr) == 4
+    (tok,) = _pick(thr, metric="llm_tokens_per_second")
+    assert (tok["pod"], tok["namespace"], tok["job_name"], tok["value"]) == ("llm-1", "team", None, 1234.5)
+    assert [(r["pod"], r["namespace"], r["job_name"], r["value"]) for r in _pick(thr, metric="trainer_samples_total")] \
+        == [("w-0", "team", "bert", None), ("w-0", "team", "bert", 20.0)]  # exported_* pod, counter as a rate
+    (mine,) = _pick(thr, metric="my_rate")
+    assert (mine["pod"], mine["namespace"], mine["value"]) == ("llm-2", "team", 5)
+    (kq,) = _pick(rows, signal="kueue_pending")
+    assert (kq["device"], kq["value"], kq["node"]) == ("cq-a", 3, None)
+    (pg,) = _pick(rows, signal="ray_pg_pending")
+    assert pg["value"] == 2
+
+
+def test_incremental_build_matches_full_build(lk: Lake) -> None:
+    kw = {"job": "node", "instance": "10.1.0.5:9100"}
+    for i in range(6):
+        lk.add(i, "node_infiniband_port_data_transmitted_bytes_total", {"device": "mlx5_1", "port": "1"},
+               i * 15000, **kw)
+    full = lk.signals()
+    # What the runner does for an incremental model: watermark = newest built ts minus lookback.
+    lk.con.execute("SET VARIABLE watermark = ?::TIMESTAMPTZ", [_t(3)])
+    inc = lk.con.execute((SQL / "stg_metric_signals.sql").read_text()).fetchall()
+    assert [r[10] for r in inc] == [1000.0, 1000.0]  # ts 4 and 5, rates from samples before the watermark
+    assert [r["value"] for r in sorted(full, key=lambda r: r["ts"])] == [None] + [1000.0] * 5
+
+
+def test_model_files_parse_for_the_runner() -> None:
+    found = models.discover()
+    sig, health = found["staging.stg_metric_signals"], found["staging.stg_scrape_health"]
+    assert sig.refs == {"raw.metric_samples", "staging.stg_node_addresses"}
+    assert (sig.materialized, sig.watermark) == ("incremental", "ts")
+    assert health.refs == {"raw.scrapes"}
+
+
+def test_signal_map_covers_every_signal_and_config_extends_it(tmp_path: Path) -> None:
+    s = config.load(overrides={"data": str(tmp_path), "metrics": {"signals": {"nvlink_bw": ["MY_NVL:gauge:1e6"]}}},
+                    environ={})
+    m = signal_map(s)
+    assert {e["signal"] for e in m} == set(SIGNALS)
+    assert m[0] == {"signal": "nvlink_bw", "metric": "MY_NVL", "match": "exact", "kind": "gauge", "scale": 1e6,
+                    "unit": "configured", "label": None, "label_value": None, "priority": 0}
+    assert [e["priority"] for e in m] == list(range(len(m)))
+
+
+def test_scrape_health(lk: Lake) -> None:
+    rows = [("c1", _t(0), "u1", "dcgm", "a:1", True, 0.1, 200, None, 0, 1),
+            ("c1", _t(1), "u1", "dcgm", "a:1", False, 5.0, 0, "timeout after 5s", 0, 2),
+            ("c1", _t(1), "u1", "dcgm", "a:1", False, 5.0, 0, "timeout after 5s", 1, 7),  # re-sent duplicate
+            ("c1", _t(2), "u1", "dcgm", "a:1", True, 0.2, 199, "line 8: bad value 'x'", 0, 3)]
+    lk.con.executemany("INSERT INTO raw.scrapes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    got = lk.con.execute((SQL / "stg_scrape_health.sql").read_text() + " ORDER BY scraped_at").fetchall()
+    assert [(r[5], r[7], r[8], r[9]) for r in got] == [(True, 200, None, None), (False, 0, "timeout after 5s", 15.0),
+                                                       (True, 199, "line 8: bad value 'x'", 15.0)]
