@@ -1,0 +1,426 @@
+"""The control-plane story of a scenario as a Kubernetes watch stream (CONTRACT section 2 replay format).
+
+Each job walks the life a real cluster gives it: Job (suspended) → Kueue Workload → QuotaReserved /
+Admitted (or a pending reason) → Pods with the TAS scheduling gate → bound → Running → PodsReady, with
+the gang objects (coscheduling / Volcano / native PodGroup) following along, Events with the real reasons
+and message templates, and evictions, re-admissions, completions and deletions where the scenario says.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from collectors.simulate import objects as o
+from collectors.simulate.cluster import HOST_LABEL, det_uuid, node_object
+from collectors.simulate.scenarios import MIN, Scenario, SimJob
+
+SETUP_AGE = timedelta(days=12)
+
+
+class Timeline:
+    """Collects watch events at scenario times, then writes them in time order with rising resourceVersions."""
+
+    def __init__(self, start: datetime, rng: random.Random):
+        self.start = start
+        self.rng = rng
+        self.items: list[tuple[float, int, str, dict[str, Any]]] = []
+
+    def ts(self, t: float) -> str:
+        return (self.start + timedelta(seconds=int(t))).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def emit(self, t: float, etype: str, obj: dict[str, Any]) -> None:
+        self.items.append((t, len(self.items), etype, copy.deepcopy(obj)))
+
+    def uid(self) -> str:
+        return det_uuid(self.rng)
+
+    def event(self, t: float, involved: dict[str, Any], etype: str, reason: str, message: str, component: str,
+              repeat_every: float | None = None, until: float | None = None, action: str | None = None) -> None:
+        ev = o.event(involved, etype, reason, message, self.ts(t), self.uid(), component, action=action)
+        self.emit(t, "ADDED", ev)
+        if repeat_every and until:
+            n, tt = 1, t + repeat_every
+            while tt < until:
+                n += 1
+                ev["count"], ev["lastTimestamp"] = n, self.ts(tt)
+                self.emit(tt, "MODIFIED", ev)
+                tt += repeat_every
+
+    def write(self, path: Path, first_rv: int = 4_812_000) -> int:
+        self.items.sort(key=lambda x: (x[0], x[1]))
+        rv = first_rv
+        last = self.start
+        with path.open("w") as f:
+            for t, _, etype, obj in self.items:
+                rv += 1 + self.rng.randrange(3)
+                obj["metadata"]["resourceVersion"] = str(rv)
+                # watch delivery lag, never reordering the stream
+                observed = max(last, self.start + timedelta(seconds=t, milliseconds=40 + self.rng.randrange(400)))
+                last = observed
+                f.write(json.dumps({"type": etype, "object": obj,
+                                    "observedAt": observed.isoformat(timespec="milliseconds").replace("+00:00", "Z")},
+                                   separators=(",", ":")))
+                f.write("\n")
+        return len(self.items)
+
+
+def build(scn: Scenario, start: datetime) -> Timeline:
+    tl = Timeline(start, random.Random(f"{scn.seed}:{scn.name}:k8s"))
+    setup = (start - SETUP_AGE).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for n in scn.cluster.nodes:
+        tl.emit(0, "ADDED", node_object(n, setup, tl.ts(0)))
+    tl.emit(0, "ADDED", o.topology(setup, tl.uid()))
+    tl.emit(0, "ADDED", o.resource_flavor(setup, tl.uid()))
+    gpus = scn.cluster.gpus
+    queues = {"team-a": ("team-a-cq", "ml-research", gpus * 2, False), "team-b": ("team-b-cq", "team-b", 16, False),
+              "team-c": ("team-c-cq", "team-c", 16, True)}
+    for lq, (cq, ns, quota, preempt) in queues.items():
+        tl.emit(0, "ADDED", o.cluster_queue(cq, quota, setup, tl.uid(), preempt))
+        tl.emit(0, "ADDED", o.local_queue(lq, ns, cq, setup, tl.uid()))
+    tl.emit(0, "ADDED", o.local_queue("team-a", "ml-platform", "team-a-cq", setup, tl.uid()))
+    for j in sorted(scn.jobs, key=lambda j: j.created):
+        _job(tl, j, scn)
+    return tl
+
+
+def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
+    end = scn.duration
+    c = j.created
+    job = o.batch_job(j, tl.ts(c)) if j.kind == "Job" else o.jobset(j, tl.ts(c))
+    tl.emit(c, "ADDED", job)
+    wl = pg = nwl = None
+    if j.kueue:
+        wl = o.workload(j, tl.ts(c + 1))
+        tl.emit(c + 1, "ADDED", wl)
+        tl.event(c + 1, job, "Normal", "CreatedWorkload", f"Created Workload: {j.namespace}/{j.workload}",
+                 "kueue-job-controller")
+    if j.gang == "coscheduling":
+        pg = o.coscheduling_podgroup(j, tl.ts(c + 1))
+    elif j.gang == "volcano":
+        pg = o.volcano_podgroup(j, tl.ts(c + 1))
+    elif j.gang == "native":
+        nwl = o.native_workload(j, tl.ts(c + 1))
+        tl.emit(c + 1, "ADDED", nwl)
+        pg = o.native_podgroup(j, tl.ts(c + 1))
+    if pg is not None:
+        tl.emit(c + 1, "ADDED", pg)
+
+    if j.pending is not None and wl is not None:
+        reason, msg = j.pending
+        wl["status"]["resourceRequests"] = o.resource_requests(j)
+        o.set_condition(wl, o.condition("QuotaReserved", "False", reason, msg, tl.ts(c + 3)))
+        tl.emit(c + 3, "MODIFIED", wl)
+        tl.event(c + 3, wl, "Warning", reason, msg, "kueue-admission", repeat_every=5 * MIN, until=end)
+        return
+
+    a = j.admitted if j.kueue else c
+    assert a is not None
+    if wl is not None:
+        _admit(tl, j, wl, job, a, c)
+    pods = _create_pods(tl, j, a + 2, j.pod_names, j.pod_uids)
+    if pg is not None and j.gang == "coscheduling":
+        pg["status"] = {"phase": "Scheduling", "occupiedBy": f"{j.namespace}/{j.name}"}
+        tl.emit(a + 3, "MODIFIED", pg)
+    if pg is not None and j.gang == "volcano":
+        pg["status"] = {"phase": "Inqueue", "conditions": []}
+        tl.emit(a + 3, "MODIFIED", pg)
+
+    placed = j.placed
+    if j.volcano_unschedulable and pg is not None:
+        _volcano_unschedulable(tl, j, pg, pods, a + 5, end)
+        return
+    if placed is not None:
+        _bind(tl, j, pods, placed)
+    if len(j.nodes) < j.pods:
+        _unschedulable(tl, j, pods[len(j.nodes):], (placed or a) + 1, end)
+    if j.running is None:
+        if j.nodes:
+            _run(tl, j, pods[:len(j.nodes)], placed + 24 if placed else a + 30)
+        return
+    r = j.running
+    _run(tl, j, pods, r)
+    if wl is not None:
+        o.set_condition(wl, o.condition("PodsReady", "True", "Started",
+                                        "All pods reached readiness and the workload is running", tl.ts(r + 1)))
+        tl.emit(r + 1, "MODIFIED", wl)
+    _gang_running(tl, j, pg, r + 2)
+
+    if j.evicted is not None and wl is None:
+        _scheduler_preemption(tl, j, job, pods, j.evicted)
+    if j.evicted is not None and wl is not None:
+        _evict(tl, j, wl, job, pods, j.evicted, scn)
+        if j.readmit is not None:
+            _admit(tl, j, wl, job, j.readmit, j.evicted, requeued=True)
+            pods = _create_pods(tl, j, j.readmit + 2, j.pod_names2, j.pod_uids2)
+            _bind(tl, j, pods, j.readmit + 6)
+            _run(tl, j, pods, j.readmit + 30)
+            o.set_condition(wl, o.condition("PodsReady", "True", "Started",
+                                            "All pods reached readiness and the workload is running",
+                                            tl.ts(j.readmit + 31)))
+            tl.emit(j.readmit + 31, "MODIFIED", wl)
+    if j.end is not None and j.end < end:
+        _finish(tl, j, wl, job, pods, pg, j.end)
+    if j.deleted is not None and j.deleted < end:
+        for p in pods:
+            tl.emit(j.deleted, "DELETED", p)
+        for obj in (pg, nwl, wl, job):
+            if obj is not None:
+                tl.emit(j.deleted + 1, "DELETED", obj)
+
+
+def _admit(tl: Timeline, j: SimJob, wl: dict, job: dict, a: float, queued: float, requeued: bool = False) -> None:
+    cq = j.cq
+    wl["status"].pop("resourceRequests", None)
+    wl["status"]["admission"] = o.admission(j, cq)
+    if requeued:
+        o.set_condition(wl, o.condition("Requeued", "True", "Preempted", "Preempted to accommodate a higher "
+                                        "priority Workload", tl.ts(a - 1)))
+    o.set_condition(wl, o.condition("QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cq}",
+                                    tl.ts(a)))
+    o.set_condition(wl, o.condition("Admitted", "True", "Admitted", "The workload is admitted", tl.ts(a)))
+    o.set_condition(wl, o.condition("PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded",
+                                    tl.ts(a)))
+    if requeued:
+        for c in wl["status"]["conditions"]:
+            if c["type"] == "Evicted":
+                c.update(status="False", reason="QuotaReserved", message=f"Previously: {c['message']}",
+                         lastTransitionTime=tl.ts(a))
+    tl.emit(a, "MODIFIED", wl)
+    tl.event(a, wl, "Normal", "QuotaReserved",
+             f"Quota reserved in ClusterQueue {cq}, wait time since queued was {a - queued:.0f}s", "kueue-admission")
+    tl.event(a, wl, "Normal", "Admitted", f"Admitted by ClusterQueue {cq}, wait time since reservation was 0s",
+             "kueue-admission")
+    if j.kind == "Job":
+        job["spec"]["suspend"] = False
+        job["status"] = {"active": j.pods, "startTime": tl.ts(a + 1), "ready": 0}
+    else:
+        job["spec"]["suspend"] = False
+        job["status"] = {"replicatedJobsStatus": [{"name": "workers", "active": 1, "ready": 0, "succeeded": 0,
+                                                    "failed": 0, "suspended": 0}]}
+    tl.emit(a + 1, "MODIFIED", job)
+    tl.event(a + 1, job, "Normal", "Started", f"Admitted by clusterQueue {cq}", "kueue-job-controller")
+
+
+def _create_pods(tl: Timeline, j: SimJob, t: float, names: list[str], uids: list[str]) -> list[dict]:
+    pods = []
+    for i in range(j.pods):
+        p = o.pod(j, i, names[i], uids[i], tl.ts(t), j.cq if j.kueue else None)
+        p["status"]["conditions"] = [o.pod_condition("PodScheduled", "False", tl.ts(t), "SchedulingGated",
+                                                     "Scheduling is blocked due to non-empty scheduling gates")] \
+            if p["spec"].get("schedulingGates") else []
+        tl.emit(t + 0.01 * i, "ADDED", p)
+        pods.append(p)
+    return pods
+
+
+def _scheduler(j: SimJob) -> str:
+    return {"coscheduling": "scheduler-plugins-scheduler", "volcano": "volcano"}.get(j.gang, "default-scheduler")
+
+
+def _bind(tl: Timeline, j: SimJob, pods: list[dict], t: float) -> None:
+    for i, p in enumerate(pods[:len(j.nodes)]):
+        node = j.nodes[i]
+        tt = t + 0.2 * i
+        if p["spec"].pop("schedulingGates", None) is not None:
+            # The TopologyUngater merges the pod's domain into its nodeSelector as it removes the gate.
+            p["spec"]["nodeSelector"] = dict(p["spec"].get("nodeSelector", {}), **{HOST_LABEL: node.name})
+            p["status"]["conditions"] = []
+            tl.emit(tt - 1, "MODIFIED", p)
+        p["spec"]["nodeName"] = node.name
+        p["status"]["conditions"] = [o.pod_condition("PodScheduled", "True", tl.ts(tt))]
+        tl.emit(tt, "MODIFIED", p)
+        tl.event(tt, p, "Normal", "Scheduled", f"Successfully assigned {j.namespace}/{p['metadata']['name']} to "
+                 f"{node.name}", _scheduler(j), action="Binding")
+
+
+def _run(tl: Timeline, j: SimJob, pods: list[dict], t: float) -> None:
+    for i, p in enumerate(pods):
+        node = j.nodes[i]
+        tt = t + 0.3 * i
+        ts = tl.ts(tt)
+        p["status"].update({
+            "phase": "Running", "hostIP": node.ip, "hostIPs": [{"ip": node.ip}],
+            "podIP": f"192.168.{node.index % 256}.{10 + i}", "startTime": tl.ts(tt - 20),
+            "containerStatuses": [{"name": "trainer", "image": o.IMAGE, "imageID": "", "ready": True,
+                                   "restartCount": 0, "started": True, "state": {"running": {"startedAt": ts}},
+                                   "containerID": f"containerd://{tl.uid().replace('-', '')}"}],
+        })
+        p["status"]["conditions"] = [
+            o.pod_condition("PodReadyToStartContainers", "True", tl.ts(tt - 5)),
+            o.pod_condition("Initialized", "True", tl.ts(tt - 20)),
+            o.pod_condition("Ready", "True", ts), o.pod_condition("ContainersReady", "True", ts),
+            o.pod_condition("PodScheduled", "True", tl.ts(tt - 20)),
+        ]
+        tl.emit(tt, "MODIFIED", p)
+        tl.event(tt - 2, p, "Normal", "Started", "Started container trainer", "kubelet")
+
+
+def _gang_running(tl: Timeline, j: SimJob, pg: dict | None, t: float) -> None:
+    if pg is None:
+        return
+    if j.gang == "coscheduling":
+        pg["status"] = {"phase": "Running", "running": j.pods, "occupiedBy": f"{j.namespace}/{j.name}"}
+        tl.emit(t, "MODIFIED", pg)
+    elif j.gang == "volcano":
+        pg["status"] = {"phase": "Running", "running": j.pods, "conditions": [
+            {"type": "Scheduled", "status": "True", "reason": "tasks in gang are ready to be scheduled",
+             "message": "", "transitionID": tl.uid(), "lastTransitionTime": tl.ts(t)}]}
+        tl.emit(t, "MODIFIED", pg)
+        tl.event(t, pg, "Normal", "Scheduled", "pod group is ready", "volcano")
+    elif j.gang == "native":
+        placed = j.placed or t
+        pg["status"] = {"conditions": [o.condition("PodGroupScheduled", "True", "Scheduled", "", tl.ts(placed))]}
+        tl.emit(placed + 0.5, "MODIFIED", pg)
+
+
+def _unschedulable(tl: Timeline, j: SimJob, pods: list[dict], t: float, end: float) -> None:
+    msg = j.unschedulable or "0/0 nodes are available"
+    for p in pods:
+        p["spec"].pop("schedulingGates", None)
+        p["status"]["conditions"] = [o.pod_condition("PodScheduled", "False", tl.ts(t), "Unschedulable", msg)]
+        tl.emit(t, "MODIFIED", p)
+        tl.event(t, p, "Warning", "FailedScheduling", msg, _scheduler(j), repeat_every=5 * MIN, until=end,
+                 action="Scheduling")
+    if j.gang == "coscheduling" and j.schedule_timeout:
+        wait = j.schedule_timeout
+        wait_s = f"{wait // 60}m{wait % 60}s" if wait >= 60 else f"{wait}s"
+        tl.event(t + wait, pods[0], "Warning", "FailedScheduling",
+                 f"rejected due to timeout after waiting {wait_s} at plugin Coscheduling", _scheduler(j),
+                 repeat_every=5 * MIN, until=end, action="Scheduling")
+
+
+def _volcano_unschedulable(tl: Timeline, j: SimJob, pg: dict, pods: list[dict], t: float, end: float) -> None:
+    n = j.pods
+    msg = (f"{n}/{n} tasks in gang unschedulable: pod group is not ready, {n} Pending, {n} minAvailable; "
+           f"Pending: {n} Unschedulable")
+    pg["status"] = {"phase": "Pending", "conditions": [
+        {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": msg,
+         "transitionID": tl.uid(), "lastTransitionTime": tl.ts(t)}]}
+    tl.emit(t, "MODIFIED", pg)
+    tl.event(t, pg, "Warning", "Unschedulable", msg, "volcano", repeat_every=5 * MIN, until=end)
+    _unschedulable(tl, j, pods, t + 1, end)
+
+
+def _evict(tl: Timeline, j: SimJob, wl: dict, job: dict, pods: list[dict], t: float, scn: Scenario) -> None:
+    pre = j.preemptor
+    pre_wl = pre.workload if pre else "unknown"
+    msg = (f"Preempted to accommodate a workload (UID: {pre.wl_uid if pre else ''}, JobUID: {pre.uid if pre else ''}) "
+           f"due to prioritization in the ClusterQueue; preemptor path: /{j.cq}; preemptee path: /{j.cq}")
+    wl["status"].pop("admission", None)
+    o.set_condition(wl, o.condition("Evicted", "True", "Preempted", msg, tl.ts(t)))
+    o.set_condition(wl, o.condition("Preempted", "True", "InClusterQueue", msg, tl.ts(t)))
+    need = j.pods * j.gpus_per_pod
+    o.set_condition(wl, o.condition("QuotaReserved", "False", "Pending", "couldn't assign flavors to pod set "
+                                    f"{o.podset_name(j)}: insufficient unused quota for nvidia.com/gpu in flavor "
+                                    f"tas-flavor, {need} more needed", tl.ts(t + 1)))
+    o.set_condition(wl, o.condition("Admitted", "False", "NoReservation", "The workload has no reservation",
+                                    tl.ts(t + 1)))
+    o.set_condition(wl, o.condition("PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded",
+                                    tl.ts(t + 1)))
+    wl["status"]["schedulingStats"] = {"evictions": [{"reason": "Preempted", "underlyingCause": "", "count": 1}]}
+    wl["status"]["requeueState"] = {"count": 1}
+    tl.emit(t, "MODIFIED", wl)
+    prio = f"preemptor effective priority: {pre.priority if pre else 0} (base: {pre.priority if pre else 0}, " \
+           f"boost: 0); preemptee effective priority: {j.priority} (base: {j.priority}, boost: 0)"
+    tl.event(t, wl, "Normal", "Preempted", f"{msg}; {prio}", "kueue-admission")
+    tl.event(t, wl, "Normal", "EvictedDueToPreempted", msg, "kueue-workload-controller")
+    if pre is not None:
+        tl.event(t, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                     "metadata": {"name": pre_wl, "namespace": pre.namespace, "uid": pre.wl_uid}},
+                 "Normal", "PreemptedWorkload", f"Preempted workload {j.workload} (UID: {j.wl_uid}) in ClusterQueue "
+                 f"{j.cq}; {prio}", "kueue-admission")
+    job["spec"]["suspend"] = True
+    tl.emit(t + 1, "MODIFIED", job)
+    tl.event(t + 1, job, "Normal", "Stopped", "Preempted to accommodate a higher priority Workload",
+             "kueue-job-controller")
+    for p in pods:
+        p["metadata"]["deletionTimestamp"] = tl.ts(t + 2)
+        p["metadata"]["deletionGracePeriodSeconds"] = 30
+        tl.emit(t + 2, "MODIFIED", p)
+        tl.event(t + 2, p, "Normal", "Killing", "Stopping container trainer", "kubelet")
+        p["status"]["phase"] = "Failed"
+        _not_ready(p, tl.ts(t + 20), "PodFailed")
+        for cs in p["status"].get("containerStatuses", []):
+            cs.update(ready=False, state={"terminated": {"exitCode": 143, "reason": "Error",
+                                                         "startedAt": cs["state"].get("running", {}).get("startedAt"),
+                                                         "finishedAt": tl.ts(t + 20)}})
+        tl.emit(t + 20, "MODIFIED", p)
+        tl.emit(t + 22, "DELETED", p)
+
+
+def _not_ready(p: dict, ts: str, reason: str) -> None:
+    for c in p["status"].get("conditions", []):
+        if c["type"] in ("Ready", "ContainersReady") and c["status"] == "True":
+            c.update(status="False", reason=reason, lastTransitionTime=ts)
+
+
+def _finish(tl: Timeline, j: SimJob, wl: dict | None, job: dict, pods: list[dict], pg: dict | None, t: float) -> None:
+    for p in pods:
+        p["status"]["phase"] = "Succeeded"
+        for cs in p["status"].get("containerStatuses", []):
+            cs.update(ready=False, state={"terminated": {"exitCode": 0, "reason": "Completed",
+                                                         "startedAt": cs["state"].get("running", {}).get("startedAt"),
+                                                         "finishedAt": tl.ts(t)}})
+        _not_ready(p, tl.ts(t), "PodCompleted")
+        tl.emit(t, "MODIFIED", p)
+    if j.kind == "Job":
+        job["status"] = {"succeeded": j.pods, "completionTime": tl.ts(t + 1), "startTime": job["status"].get(
+            "startTime"), "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+             "message": "Reached expected number of succeeded pods", "lastTransitionTime": tl.ts(t + 1)},
+            {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+             "message": "Reached expected number of succeeded pods", "lastTransitionTime": tl.ts(t + 1)}]}
+    else:
+        job["status"] = {"conditions": [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted",
+                                         "message": "jobset completed successfully",
+                                         "lastTransitionTime": tl.ts(t + 1)}]}
+    tl.emit(t + 1, "MODIFIED", job)
+    if wl is not None:
+        o.set_condition(wl, o.condition("Finished", "True", "Succeeded", "Job finished successfully", tl.ts(t + 2)))
+        tl.emit(t + 2, "MODIFIED", wl)
+        tl.event(t + 2, job, "Normal", "FinishedWorkload", f"Workload '{j.namespace}/{j.workload}' is declared "
+                 "finished", "kueue-job-controller")
+    if pg is not None and j.gang == "coscheduling":
+        pg["status"] = {"phase": "Finished", "succeeded": j.pods, "occupiedBy": f"{j.namespace}/{j.name}"}
+        tl.emit(t + 2, "MODIFIED", pg)
+    elif pg is not None and j.gang == "volcano":
+        pg["status"]["phase"] = "Completed"
+        tl.emit(t + 2, "MODIFIED", pg)
+
+
+def _scheduler_preemption(tl: Timeline, j: SimJob, job: dict, pods: list[dict], t: float) -> None:
+    """kube-scheduler preempts the last pod for a higher-priority pod; with backoffLimit 0 the Job fails."""
+    victim, node = pods[-1], j.nodes[len(pods) - 1]
+    pre = j.preemptor
+    pre_uid = pre.pod_uids[0] if pre else tl.uid()
+    victim["status"]["conditions"].append(o.pod_condition(
+        "DisruptionTarget", "True", tl.ts(t), "PreemptionByScheduler",
+        "default-scheduler: preempting to accommodate a higher priority pod"))
+    victim["metadata"]["deletionTimestamp"] = tl.ts(t + 30)
+    victim["metadata"]["deletionGracePeriodSeconds"] = 30
+    tl.emit(t, "MODIFIED", victim)
+    tl.event(t, victim, "Normal", "Preempted", f"Preempted by pod {pre_uid} on node {node.name}", "default-scheduler",
+             action="Preempting")
+    for p in pods:
+        p["status"]["phase"] = "Failed"
+        _not_ready(p, tl.ts(t + 15), "PodFailed")
+        for cs in p["status"].get("containerStatuses", []):
+            cs.update(ready=False, state={"terminated": {"exitCode": 143 if p is victim else 1, "reason": "Error",
+                                                         "startedAt": cs["state"].get("running", {}).get("startedAt"),
+                                                         "finishedAt": tl.ts(t + 15)}})
+        tl.emit(t + 15, "MODIFIED", p)
+    job["status"] = {"failed": j.pods, "startTime": tl.ts(j.created), "conditions": [
+        {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit", "lastTransitionTime": tl.ts(t + 16)},
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+         "message": "Job has reached the specified backoff limit", "lastTransitionTime": tl.ts(t + 16)}]}
+    tl.emit(t + 16, "MODIFIED", job)
+    tl.event(t + 16, job, "Warning", "BackoffLimitExceeded", "Job has reached the specified backoff limit",
+             "job-controller")
+    for p in pods:
+        tl.emit(t + 31, "DELETED", p)

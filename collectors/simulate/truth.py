@@ -1,0 +1,58 @@
+"""Ground truth of a scenario (``truth.json``): every job, its true root-cause class, onset and nodes.
+
+The classifier is scored against this file, so it names every injected fault: one entry per job run
+(a re-run of the same name is a second entry), ``onset`` when the injected condition begins (null for
+healthy jobs), ``nodes`` the nodes the job's pods were bound to (empty if none ever were), and
+``faults`` the telemetry-level injections (including traps that must *not* be called faults).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from collectors.simulate.scenarios import Scenario
+
+TRAPS = {"exporter_silent", "nvlink_missing"}
+
+
+def _ts(start: datetime, t: float | None) -> str | None:
+    if t is None:
+        return None
+    return (start + timedelta(seconds=t)).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def build(scn: Scenario, start: datetime) -> dict[str, Any]:
+    jobs = []
+    for j in scn.jobs:
+        jobs.append({
+            "namespace": j.namespace, "job": j.name, "job_kind": j.kind, "uid": j.uid,
+            "root_cause": j.root_cause, "onset": _ts(start, j.onset) if j.root_cause != "healthy" else None,
+            "nodes": [n.name for n in j.nodes], "workload": j.workload, "pod_group": j.pod_group,
+            "gang": j.gang, "kueue": j.kueue, "created": _ts(start, j.created),
+        })
+    faults = []
+    for f in scn.faults:
+        owner = next((j for j in scn.jobs if f.node in j.nodes and j.root_cause != "healthy"
+                      and j.onset is not None and abs(j.onset - f.at) < 120), None)
+        entry: dict[str, Any] = {"kind": f.kind, "node": f.node.name, "onset": _ts(start, f.at),
+                                 "until": _ts(start, f.until), "trap": f.kind in TRAPS or (f.kind == "xid" and
+                                                                                          f.xid in (13, 31, 43, 45))}
+        if f.gpu is not None:
+            entry.update(gpu=f.gpu, uuid=f.node.gpu_uuids[f.gpu])
+        if f.xid is not None:
+            entry["xid"] = f.xid
+        if f.device is not None:
+            entry["ib_device"] = f"mlx5_{f.device}"
+        entry["job"] = f"{owner.namespace}/{owner.name}" if owner else None
+        faults.append(entry)
+    return {"scenario": scn.name, "seed": scn.seed, "nodes": len(scn.cluster.nodes), "start": _ts(start, 0),
+            "end": _ts(start, scn.duration), "jobs": jobs, "faults": faults}
+
+
+def write(scn: Scenario, start: datetime, path: Path) -> dict[str, Any]:
+    truth = build(scn, start)
+    path.write_text(json.dumps(truth, indent=2) + "\n")
+    return truth
