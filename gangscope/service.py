@@ -1,10 +1,213 @@
-"""Commands of this module (placeholder until its issue lands)."""
+"""``gangscope run``: the long-running service (collectors, pipeline, scheduled jobs, telemetry).
 
-from gangscope.errors import not_built
+Shutdown order on SIGTERM/SIGINT is what makes "nothing lost" true: stop the collectors,
+flush the publisher until Kafka acknowledged everything, let the pipeline land up to those
+offsets, then stop the scheduler (waiting for a running job) and the telemetry server.
+Parts whose modules have not landed are skipped with one log line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from gangscope.config import ConfigError, Settings
+from gangscope.errors import UserError
+
+log = logging.getLogger(__name__)
+
+COLLECTORS = ("k8s", "metrics")
 
 
-def register(groups, common) -> None:
+def _optional(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:  # only the module itself missing; a broken import inside it still raises
+        if e.name and (module == e.name or module.startswith(e.name + ".")):
+            return None
+        raise
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM/SIGINT set ``stop`` (main thread only); the previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
+
+
+def _thread(name: str, target: Callable[[], Any], failed: threading.Event) -> threading.Thread:
+    def run() -> None:
+        try:
+            target()
+        except Exception as e:
+            log.error("%s stopped with an error: %s: %s", name, type(e).__name__, e)
+            log.debug("%s traceback", name, exc_info=True)
+            failed.set()
+
+    t = threading.Thread(target=run, name=f"gangscope-{name}", daemon=True)
+    t.start()
+    return t
+
+
+def _collector_target(name: str, settings: Settings, publisher: Any, stop: threading.Event) -> Callable[[], Any]:
+    if name == "k8s":
+        mod = _optional("collectors.k8s.collector")
+        if mod is None:
+            raise UserError("collector k8s is not available in this build")
+        return lambda: mod.run(settings, publisher, stop)
+    mod = _optional("collectors.metrics.scrape")
+    if mod is None:
+        raise UserError("collector metrics is not available in this build")
+    return lambda: mod.serve(settings, publisher.publish, stop)
+
+
+SCHEDULER_GRACE_S = 30.0
+LAND_GRACE_S = 120.0
+
+
+def _landed(settings: Settings, offsets: dict[tuple[str, int], int]) -> bool:
+    """Whether the lake stores every (topic, partition) at or past ``offsets``."""
+    from pipeline import lake
+    from pipeline.land import stored_offsets
+
+    con = lake.connect(settings, read_only=True, create=False)
+    try:
+        stored = lake.retry(lambda: stored_offsets(con))
+    finally:
+        con.close()
+    return all(stored.get(tp, 0) >= off for tp, off in offsets.items())
+
+
+def _wait_landed(settings: Settings, offsets: dict[tuple[str, int], int], pipeline: threading.Thread,
+                 grace_s: float) -> None:
+    """Keep the running pipeline going until it landed what the collectors published (one consumer, no rebalance)."""
+    import time
+
+    deadline = time.monotonic() + grace_s
+    while pipeline.is_alive() and time.monotonic() < deadline:
+        if _landed(settings, offsets):
+            return
+        time.sleep(0.5)
+    if pipeline.is_alive():
+        log.error("the pipeline did not land the last collected records within %.0f s", grace_s)
+
+
+def _shutdown_scheduler(scheduler: Any, grace_s: float) -> None:
+    """Wait up to ``grace_s`` for a running job; a model build cut short rolls back its lake transaction."""
+    done = threading.Thread(target=lambda: scheduler.shutdown(wait=True), name="gangscope-scheduler-stop",
+                            daemon=True)
+    done.start()
+    done.join(grace_s)
+    if done.is_alive():
+        log.warning("a scheduled job is still running after %.0f s; exiting without it", grace_s)
+
+
+def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
+    """Run until ``stop`` is set (or a signal arrives); returns the exit code."""
+    from gangscope import schedule
+    from pipeline.broker import bootstrap_servers
+
+    unknown = [c for c in settings.collectors if c not in COLLECTORS]
+    if unknown:
+        raise ConfigError(f"collectors: unknown collector {unknown[0]!r} (known: {', '.join(COLLECTORS)})")
+    scheduler = schedule.make_scheduler(schedule.default_jobs(settings))  # validates the specs first
+    from pipeline import lake
+
+    lake.connect(settings).close()  # schemas and raw tables exist before any component reads them
+    stop = stop or threading.Event()
+    failed = threading.Event()
+    telemetry = _optional("gangscope.telemetry")
+    consume = _optional("pipeline.consume")
+    with stop_on_signals(stop), bootstrap_servers(settings) as bootstrap:
+        stop_server = None
+        if telemetry is not None and settings.server.listen:
+            try:
+                stop_server = telemetry.start_http_server(settings.server.listen)
+            except (OSError, ValueError) as e:
+                raise UserError(f"cannot serve telemetry on {settings.server.listen}: {e}") from None
+            log.info("telemetry on http://%s (/metrics, /healthz)", settings.server.listen)
+        publisher = None
+        collectors_stop, pipeline_stop = threading.Event(), threading.Event()
+        collector_threads: list[threading.Thread] = []
+        pipeline_thread = None
+        try:
+            if settings.collectors:
+                from pipeline.publish import Publisher
+
+                publisher = Publisher(settings, bootstrap)
+                for name in settings.collectors:
+                    target = _collector_target(name, settings, publisher, collectors_stop)
+                    collector_threads.append(_thread(f"collector-{name}", target, failed))
+                    log.info("collector %s started", name)
+            if consume is not None:
+                pipeline_thread = _thread("pipeline", lambda: consume.run(settings, bootstrap, stop=pipeline_stop),
+                                          failed)
+                log.info("pipeline started (Kafka %s)", bootstrap)
+            else:
+                log.warning("pipeline not available in this build: records are not landed")
+            scheduler.start()
+            log.info("scheduler started: %s", ", ".join(j.id for j in scheduler.get_jobs()) or "no jobs")
+            while not stop.wait(0.5):
+                if failed.is_set():
+                    log.error("a component failed; shutting down")
+                    break
+        finally:
+            if scheduler.running:
+                scheduler.pause()  # no new job starts while the last records land
+            collectors_stop.set()
+            for t in collector_threads:
+                t.join(timeout=30)
+            offsets: dict[tuple[str, int], int] = {}
+            if publisher is not None:
+                if not publisher.flush(timeout_s=60.0):
+                    log.error("Kafka did not acknowledge every collected record within 60 s")
+                offsets = publisher.acked_offsets()
+                publisher.close(timeout_s=10.0)
+            if pipeline_thread is not None and offsets:
+                _wait_landed(settings, offsets, pipeline_thread, LAND_GRACE_S)
+            pipeline_stop.set()
+            if pipeline_thread is not None:
+                pipeline_thread.join(timeout=120)
+                if offsets and not _landed(settings, offsets):
+                    # The running pipeline could not finish the job (it failed): one more consumer drains.
+                    consume.run(settings, bootstrap, until=offsets)
+            if scheduler.running:
+                _shutdown_scheduler(scheduler, SCHEDULER_GRACE_S)
+            if stop_server is not None:
+                stop_server()
+            log.info("stopped")
+    return 1 if failed.is_set() else 0
+
+
+def _handler(settings: Settings, args: Any) -> int:
+    return run_service(settings)
+
+
+def register(groups: dict[str, Any], common: Any) -> None:
     p = groups["root"].add_parser(
-        "run", parents=[common], help="long-running service: collectors, pipeline, scheduled jobs"
-    )
-    p.set_defaults(handler=not_built("gangscope run", 7))
+        "run", parents=[common], help="long-running service: collectors, pipeline, scheduled jobs",
+        description="Run the collectors named in `collectors` (k8s, metrics), the pipeline (Kafka -> lake), the "
+        "scheduled jobs of `schedule` (model builds, hourly/daily reports into <data>/reports with retention and an "
+        "optional webhook, compaction, retention) and the telemetry endpoint (`server.listen`: /metrics, /healthz). "
+        "Stops cleanly on SIGTERM/SIGINT: collectors first, then the pipeline lands what was published, then the "
+        "scheduler. Schedule specs: interval:SECONDS, cron:MIN HOUR DOM MON DOW (UTC), or off.")
+    p.set_defaults(handler=_handler)

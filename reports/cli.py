@@ -1,13 +1,123 @@
-"""Commands of this module (placeholder until its issue lands)."""
+"""Commands: ``report``, ``sql``, ``baseline snapshot|compare`` (heavy imports inside handlers)."""
 
-from gangscope.errors import not_built
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gangscope.errors import UserError
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """RFC 3339 / ISO 8601 (a date alone means midnight UTC); naive times are UTC."""
+    if not text:
+        return None
+    try:
+        d = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(f"not a time: {text!r} (use RFC 3339, e.g. 2026-11-20T08:00:00Z)") from None
+    return d if d.tzinfo else d.replace(tzinfo=UTC)
+
+
+def _build_models(settings) -> None:
+    try:
+        from pipeline import models
+    except ImportError:
+        return
+    models.build(settings, only_stale=True)
+
+
+def _report(settings, args) -> int:
+    from reports.report import write_report
+
+    if not args.no_build:
+        _build_models(settings)
+    path = write_report(settings, args.format, Path(args.out) if args.out else None, since=parse_time(args.since))
+    print(path)
+    return 0
+
+
+def _sql(settings, args) -> int:
+    from reports import sqlshell
+
+    out = Path(args.out) if args.out else None
+    if args.query is None:
+        if not sys.stdin.isatty():  # piped statements: run each line-joined statement
+            text = sys.stdin.read().strip()
+            if not text:
+                raise UserError("no query: pass QUERY, or run in a terminal for the interactive shell")
+            return sqlshell.run_once(settings, text.rstrip(";"), args.format, out)
+        return sqlshell.shell(settings)
+    return sqlshell.run_once(settings, args.query.strip().rstrip(";"), args.format, out)
+
+
+def _snapshot(settings, args) -> int:
+    from reports import baseline
+
+    snap = baseline.snapshot(settings, Path(args.out), parse_time(args.since), parse_time(args.until))
+    o = snap["overall"]
+    print(f"{args.out}: {o['jobs']} jobs, {snap['window']['since']} .. {snap['window']['until']}, "
+          f"queue={','.join(snap['systems']['queue']) or '-'} gang={','.join(snap['systems']['gang']) or '-'}")
+    return 0
+
+
+def _compare(settings, args) -> int:
+    from reports import baseline
+
+    result = baseline.compare_file(settings, Path(args.file), parse_time(args.since), parse_time(args.until),
+                                   Path(args.against) if args.against else None)
+    if args.format == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        sys.stdout.write(baseline.format_table(result))
+    return 0
 
 
 def register(groups, common) -> None:
-    p = groups["root"].add_parser("report", parents=[common], help="write a root-cause report")
-    p.set_defaults(handler=not_built("gangscope report", 7))
-    p = groups["root"].add_parser("sql", parents=[common], help="read-only SQL over the lake")
-    p.set_defaults(handler=not_built("gangscope sql", 7))
-    b = groups["group"]("baseline", "migration baseline")
-    for name in ("snapshot", "compare"):
-        b.add_parser(name, parents=[common]).set_defaults(handler=not_built(f"gangscope baseline {name}", 7))
+    p = groups["root"].add_parser(
+        "report", parents=[common], help="write a root-cause report (HTML or Markdown)",
+        description="Write a root-cause report: jobs that need action with the layered check (queue, topology, "
+        "gang, throughput) and a time chart each, findings by class, idle GPU-hours, nodes ranked by interconnect "
+        "trouble, nodes missing topology labels. Builds stale models first. Prints the file's path.")
+    p.add_argument("--format", choices=("html", "md"), default="html", help="html (one self-contained file, "
+                   "charts inline) or md (default html)")
+    p.add_argument("--out", metavar="PATH", help="output file (default <data>/reports/gangscope-report-<time>.<ext>)")
+    p.add_argument("--since", metavar="T", help="only findings still open at or after T (RFC 3339)")
+    p.add_argument("--no-build", action="store_true", help="do not build stale models first")
+    p.set_defaults(handler=_report)
+
+    p = groups["root"].add_parser(
+        "sql", parents=[common], help="read-only SQL over the lake (query or interactive shell)",
+        description="Read-only SQL over the lake, safe while the pipeline writes. With QUERY: run it and print the "
+        "result; without: an interactive shell with history (<data>/sql_history). Only reads are accepted "
+        "(SELECT, WITH, VALUES, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN, read-only PRAGMA); anything else is refused. "
+        "Tables: raw.*, staging.*, intermediate.*, marts.* (docs/tables.md).")
+    p.add_argument("query", nargs="?", metavar="QUERY", help="one read statement, e.g. "
+                   "\"SELECT root_cause, count(*) FROM marts.findings GROUP BY ALL\"")
+    p.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table",
+                   help="output format (default table; parquet needs --out)")
+    p.add_argument("--out", metavar="FILE", help="write the result to FILE instead of stdout")
+    p.set_defaults(handler=_sql)
+
+    b = groups["group"]("baseline", "migration baseline: KPIs of a window, before/after comparison")
+    p = b.add_parser("snapshot", parents=[common], help="write the KPIs of a window to a JSON file",
+                     description="Write one JSON file: window, cluster, queue and gang systems seen, and per "
+                     "ClusterQueue, per API family (kueue_coscheduling, native) and overall: admission wait "
+                     "p50/p95/p99, gang assembly p50/p95, gang timeout rate, topology compliance rate, throughput "
+                     "per GPU per job name, idle GPU-hours, findings by class.")
+    p.add_argument("--out", metavar="FILE", required=True, help="JSON file to write")
+    p.add_argument("--since", metavar="T", help="jobs created at or after T (RFC 3339; default: all)")
+    p.add_argument("--until", metavar="T", help="jobs created before T (RFC 3339; default: all)")
+    p.set_defaults(handler=_snapshot)
+    p = b.add_parser("compare", parents=[common], help="compare a baseline file with a later window",
+                     description="Print each KPI of the baseline FILE beside a later window (default: jobs "
+                     "created after the baseline's window, from the lake; or --against FILE2), with the delta and "
+                     "whether it got better or worse.")
+    p.add_argument("file", metavar="FILE", help="a file written by `gangscope baseline snapshot`")
+    p.add_argument("--against", metavar="FILE2", help="compare with this snapshot instead of the lake")
+    p.add_argument("--since", metavar="T", help="current window start (default: end of the baseline's window)")
+    p.add_argument("--until", metavar="T", help="current window end (default: now)")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default table)")
+    p.set_defaults(handler=_compare)

@@ -1,0 +1,193 @@
+"""Scheduled jobs of ``gangscope run`` (APScheduler 3.x): model builds, reports, compaction, retention.
+
+Every job is added with ``coalesce=True`` (runs missed while the process was busy or asleep
+collapse into one) and ``max_instances=1`` (a slow job never overlaps itself). A job that
+fails is logged and counted, and simply runs again at its next time; the others never notice.
+Spec strings (``settings.schedule``): ``interval:SECONDS``, ``cron:MIN HOUR DOM MON DOW`` (UTC),
+or ``off``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import time
+import urllib.request
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from gangscope.config import ConfigError, Settings
+
+log = logging.getLogger(__name__)
+
+
+def parse_spec(spec: str | None, name: str) -> BaseTrigger | None:
+    """``interval:60`` / ``cron:0 * * * *`` / ``off`` -> a trigger (None when off); errors name the setting."""
+    text = (spec or "").strip()
+    if text.lower() in ("", "off", "none", "disabled"):
+        return None
+    kind, _, arg = text.partition(":")
+    kind, arg = kind.strip().lower(), arg.strip()
+    if kind == "interval":
+        try:
+            seconds = float(arg)
+        except ValueError:
+            raise ConfigError(f"schedule.{name}: interval needs seconds, e.g. 'interval:60', got {spec!r}") from None
+        if seconds <= 0:
+            raise ConfigError(f"schedule.{name}: interval must be positive, got {spec!r}")
+        return IntervalTrigger(seconds=seconds, timezone=UTC)
+    if kind == "cron":
+        try:
+            return CronTrigger.from_crontab(arg, timezone=UTC)
+        except ValueError as e:
+            raise ConfigError(f"schedule.{name}: bad cron expression {arg!r} ({e}); "
+                              "use 5 fields: minute hour day-of-month month day-of-week") from None
+    raise ConfigError(f"schedule.{name}: expected 'interval:SECONDS', 'cron:MIN HOUR DOM MON DOW' or 'off', "
+                      f"got {spec!r}")
+
+
+def _optional(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+def _count(job: str, ok: bool, seconds: float) -> None:
+    """gangscope's own metrics for the jobs that have one (docs/deploy.md names them)."""
+    telemetry = _optional("gangscope.telemetry")
+    if telemetry is None:
+        return
+    try:
+        if job == "models_build":
+            (telemetry.MODEL_BUILD_SECONDS.observe(seconds) if ok else telemetry.MODEL_BUILD_FAILURES.inc())
+        elif job.startswith("report_") and ok:
+            telemetry.LAST_REPORT.set(time.time())
+    except AttributeError:  # an older telemetry module: metrics are optional
+        pass
+
+
+def guarded(name: str, fn: Callable[[], Any]) -> Callable[[], None]:
+    """Run ``fn``; log a failure as one line (traceback at debug) instead of raising."""
+
+    def run() -> None:
+        t = time.monotonic()
+        try:
+            fn()
+        except Exception as e:
+            log.error("scheduled job %s failed (will run again next time): %s: %s", name, type(e).__name__, e)
+            log.debug("scheduled job %s traceback", name, exc_info=True)
+            _count(name, False, time.monotonic() - t)
+            return
+        log.debug("scheduled job %s done in %.2fs", name, time.monotonic() - t)
+        _count(name, True, time.monotonic() - t)
+
+    run.__name__ = name
+    return run
+
+
+# --- the jobs ---------------------------------------------------------------------------------
+
+
+def build_models(settings: Settings) -> None:
+    from pipeline import models
+
+    models.build(settings, only_stale=True)
+
+
+def reports_dir(settings: Settings) -> Path:
+    return Path(settings.schedule.reports_dir) if settings.schedule.reports_dir else settings.data / "reports"
+
+
+def prune(directory: Path, pattern: str, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` files matching ``pattern``; returns what was deleted."""
+    files = sorted(directory.glob(pattern), key=lambda p: p.name, reverse=True)  # names carry UTC times
+    gone = files[keep:] if keep > 0 else []
+    for p in gone:
+        p.unlink(missing_ok=True)
+    return gone
+
+
+def post_webhook(url: str, payload: dict[str, Any], timeout_s: float = 10.0) -> None:
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "User-Agent": "gangscope"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - URL from the operator's config
+        if resp.status >= 300:
+            raise RuntimeError(f"webhook answered HTTP {resp.status}")
+
+
+def write_reports(settings: Settings, kind: str, now: datetime | None = None) -> list[Path]:
+    """The ``kind`` (hourly|daily) report as HTML and Markdown, pruned to ``reports_keep``, optionally posted."""
+    from reports.report import write_report
+
+    now = now or datetime.now(UTC)
+    directory = reports_dir(settings)
+    stamp = f"{now:%Y%m%dT%H%M%SZ}"
+    paths = [write_report(settings, fmt, directory / f"gangscope-{kind}-{stamp}.{fmt}") for fmt in ("html", "md")]
+    for ext in ("html", "md"):
+        prune(directory, f"gangscope-{kind}-*.{ext}", settings.schedule.reports_keep)
+    if settings.schedule.webhook_url:
+        post_webhook(settings.schedule.webhook_url, {
+            "source": "gangscope", "kind": kind, "cluster": settings.cluster, "generated_at": stamp,
+            "html_path": str(paths[0]), "markdown": paths[1].read_text(encoding="utf-8")})
+    return paths
+
+
+def compact(settings: Settings) -> None:
+    compaction = _optional("pipeline.compaction")
+    if compaction is None:
+        log.debug("compaction skipped: pipeline.compaction is not available")
+        return
+    from pipeline import lake
+
+    con = lake.connect(settings)
+    try:
+        compaction.compact(con)
+    finally:
+        con.close()
+
+
+def apply_retention(settings: Settings) -> None:
+    retention = _optional("pipeline.retention")
+    if retention is None:
+        log.debug("retention skipped: pipeline.retention is not available")
+        return
+    retention.apply(settings)
+
+
+def default_jobs(settings: Settings) -> dict[str, tuple[str, Callable[[], Any]]]:
+    """name -> (spec, function) for every job of ``settings.schedule``."""
+    s = settings.schedule
+    return {
+        "models_build": (s.models_build, lambda: build_models(settings)),
+        "report_hourly": (s.report_hourly, lambda: write_reports(settings, "hourly")),
+        "report_daily": (s.report_daily, lambda: write_reports(settings, "daily")),
+        "compaction": (s.compaction, lambda: compact(settings)),
+        "retention": (s.retention, lambda: apply_retention(settings)),
+    }
+
+
+def make_scheduler(jobs: dict[str, tuple[str, Callable[[], Any]]]) -> BackgroundScheduler:
+    """A scheduler (not started) with every job that is not ``off``; specs are validated first."""
+    triggers = {name: parse_spec(spec, name) for name, (spec, _) in jobs.items()}
+    scheduler = BackgroundScheduler(
+        timezone=UTC, job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None})
+    for name, (_, fn) in jobs.items():
+        trigger = triggers[name]
+        if trigger is None:
+            log.info("scheduled job %s is off", name)
+            continue
+        scheduler.add_job(guarded(name, fn), trigger, id=name, name=name, coalesce=True, max_instances=1,
+                          misfire_grace_time=None)
+    # "maximum number of running instances reached" is the no-overlap rule working, not news.
+    logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
+    logging.getLogger("apscheduler.executors.default").setLevel(logging.WARNING)
+    return scheduler

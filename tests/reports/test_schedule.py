@@ -1,0 +1,131 @@
+"""Scheduled jobs: spec validation, coalescing, no overlap, failure isolation, report retention, webhook."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from gangscope import schedule
+from gangscope.config import ConfigError
+
+
+def test_parse_spec():
+    assert isinstance(schedule.parse_spec("interval:60", "x"), IntervalTrigger)
+    assert isinstance(schedule.parse_spec("interval:0.5", "x"), IntervalTrigger)
+    assert isinstance(schedule.parse_spec("cron:5 0 * * *", "x"), CronTrigger)
+    assert schedule.parse_spec("off", "x") is None
+    for bad, msg in (("interval:abc", "needs seconds"), ("interval:0", "positive"), ("cron:61 * * * *", "bad cron"),
+                     ("cron:* *", "bad cron"), ("every:5", "expected"), ("60", "expected")):
+        with pytest.raises(ConfigError, match=f"schedule.report_daily: .*{msg}"):
+            schedule.parse_spec(bad, "report_daily")
+
+
+def test_default_specs_are_valid(offline_settings):
+    sched = schedule.make_scheduler(schedule.default_jobs(offline_settings))
+    assert {j.id for j in sched.get_jobs()} == {"models_build", "report_hourly", "report_daily", "compaction",
+                                                "retention"}
+    for job in sched.get_jobs():
+        assert job.coalesce is True and job.max_instances == 1
+
+
+def test_slow_job_never_overlaps_itself():
+    running, peak, runs = 0, 0, 0
+    lock = threading.Lock()
+
+    def slow():
+        nonlocal running, peak, runs
+        with lock:
+            running += 1
+            runs += 1
+            peak = max(peak, running)
+        time.sleep(0.5)
+        with lock:
+            running -= 1
+
+    sched = schedule.make_scheduler({"slow": ("interval:0.1", slow)})
+    sched.start()
+    time.sleep(1.6)
+    sched.shutdown(wait=True)
+    assert peak == 1
+    assert 2 <= runs <= 4  # ~1.6 s / 0.5 s per run, never the 16 the interval alone would give
+
+
+def _runs_after_pause(sched, runs) -> int:
+    sched.start(paused=True)
+    time.sleep(1.05)  # ~10 runs of a 0.1 s interval missed while paused
+    sched.resume()
+    time.sleep(0.05)
+    n = len(runs)
+    sched.shutdown(wait=True)
+    return n
+
+
+def test_missed_runs_coalesce_into_one():
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    runs: list[float] = []
+    ours = _runs_after_pause(schedule.make_scheduler({"tick": ("interval:0.1", lambda: runs.append(1))}), runs)
+    # Control: the same job without coalescing replays every missed run at once.
+    control_runs: list[float] = []
+    control = BackgroundScheduler(job_defaults={"misfire_grace_time": None})
+    control.add_job(lambda: control_runs.append(1), IntervalTrigger(seconds=0.1), coalesce=False, max_instances=1)
+    control_n = _runs_after_pause(control, control_runs)
+    assert 1 <= ours <= 2  # the coalesced run, plus at most the next regular one
+    assert control_n >= 5
+
+
+def test_failing_job_is_isolated_and_runs_again(caplog):
+    attempts, ok = [], []
+
+    def boom():
+        attempts.append(1)
+        raise RuntimeError("catalog unavailable")
+
+    sched = schedule.make_scheduler({"boom": ("interval:0.1", boom), "fine": ("interval:0.1", lambda: ok.append(1))})
+    with caplog.at_level("ERROR", logger="gangscope.schedule"):
+        sched.start()
+        time.sleep(0.75)
+        sched.shutdown(wait=True)
+    assert len(attempts) >= 3 and len(ok) >= 3
+    assert sum("scheduled job boom failed (will run again next time): RuntimeError: catalog unavailable" in r.message
+               for r in caplog.records) == len(attempts)
+
+
+def test_reports_written_pruned_and_posted(report_lake, tmp_path):
+    got = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server API
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings = report_lake
+    old = (settings.schedule.reports_dir, settings.schedule.reports_keep, settings.schedule.webhook_url)
+    settings.schedule.reports_dir = str(tmp_path / "reports")
+    settings.schedule.reports_keep = 2
+    settings.schedule.webhook_url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    try:
+        from datetime import UTC, datetime, timedelta
+
+        base = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
+        for i in range(3):
+            schedule.write_reports(settings, "hourly", now=base + timedelta(hours=i))
+    finally:
+        settings.schedule.reports_dir, settings.schedule.reports_keep, settings.schedule.webhook_url = old
+        server.shutdown()
+    names = sorted(p.name for p in (tmp_path / "reports").iterdir())
+    assert names == ["gangscope-hourly-20261130T010000Z.html", "gangscope-hourly-20261130T010000Z.md",
+                     "gangscope-hourly-20261130T020000Z.html", "gangscope-hourly-20261130T020000Z.md"]
+    assert len(got) == 3 and got[-1]["kind"] == "hourly" and "interconnect_degradation" in got[-1]["markdown"]
