@@ -15,7 +15,14 @@ _SECRET = re.compile(
 )
 
 
+# user:password@ in URLs (postgres://gs:pw@host/db) and "Bearer <token>" (deploy issue #8).
+_URL_PASSWORD = re.compile(r"(?i)([a-z][a-z0-9+.-]*://[^:/@\s]*:)([^@\s]+)(@)")
+_BEARER = re.compile(r"(?i)(bearer\s+)([^\s\"',}]+)")
+
+
 def scrub(text: str) -> str:
+    text = _URL_PASSWORD.sub(r"\1***\3", text)
+    text = _BEARER.sub(r"\1***", text)
     return _SECRET.sub(r"\1***", text)
 
 
@@ -45,3 +52,5 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
     root.setLevel(level.upper())
     for noisy in ("kafka", "urllib3", "apscheduler.executors.default"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # kafka-python's "task ran for 0.3s" event-loop notices: about our own CPU load, not the broker.
+    logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)

@@ -141,34 +141,68 @@ class ScrapeBatch:
         return encode_scrape(self)
 
 
-def _finite_or_marker(values: Sequence[float]) -> tuple[list[float | None], list[list[Any]]]:
+NODE_LABELS = ("hostname", "node", "kubernetes_node", "nodename")  # in this order, keys compared case-insensitively
+
+
+def series_node(labels: dict[str, str]) -> str | None:
+    """Node named by a series' labels (CONTRACT section 2): ``Hostname``/``hostname``, then ``node``,
+    ``kubernetes_node``, ``nodename``. Resolving ``instance`` against Node objects is left to the models."""
+    lowered = {k.lower(): v for k, v in labels.items()}
+    for key in NODE_LABELS:
+        v = lowered.get(key)
+        if v:
+            return v
+    return None
+
+
+def _finite_or_marker(values: Sequence[float]) -> tuple[list[float | None], list[int], list[str | None]]:
     out: list[float | None] = []
-    nonfinite: list[list[Any]] = []
+    idx: list[int] = []
+    marks: list[str | None] = []
     for i, v in enumerate(values):
-        if v is None:
-            out.append(None)
-            nonfinite.append([i, None])
-        elif math.isfinite(v):
+        if v is not None and math.isfinite(v):
             out.append(v)
-        else:
-            out.append(None)
-            nonfinite.append([i, "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")])
-    return out, nonfinite
+            continue
+        out.append(None)
+        idx.append(i)
+        marks.append(None if v is None else "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf"))
+    return out, idx, marks
 
 
 def encode_scrape(b: ScrapeBatch) -> bytes:
     """Wire form of a scrape batch (see docs/records.md).
 
-    JSON has no NaN/Inf, so non-finite values travel as ``null`` in ``x`` plus an entry
-    ``[index, "NaN"|"+Inf"|"-Inf"]`` in ``nf``; ``[index, null]`` is a value the collector
-    marked missing (a DCGM sentinel, say).
+    JSON has no NaN/Inf, so a non-finite value travels as ``null`` in ``x`` plus its sample
+    index in ``ni`` and ``"NaN"|"+Inf"|"-Inf"`` at the same place in ``nv``; a ``null`` in
+    ``nv`` is a value the collector marked missing (a DCGM sentinel, say). Metric names
+    (``mn``) and label sets (``ls``, JSON text with sorted keys) travel once each; series ``i``
+    is ``(mn[mi[i]], ls[li[i]])``; ``n`` is each label set's node, computed here so the pipeline
+    need not parse labels; ``dt`` is each sample's time in ms after ``scraped_at``. An empty
+    ``s`` means sample ``j`` belongs to series ``j``; an empty ``dt`` means every sample is at
+    ``scraped_at``.
     """
     n = len(b.sample_series)
     if not (len(b.sample_ts_ms) == len(b.sample_value) == n):
         raise ValueError("sample columns differ in length")
     if len(b.series_metric) != len(b.series_labels):
         raise ValueError("series columns differ in length")
-    x, nf = _finite_or_marker(b.sample_value)
+    x, ni, nv = _finite_or_marker(b.sample_value)
+    # Each distinct metric name and label set once (dcgm-exporter repeats one label set per GPU
+    # across all its metrics, and each metric name once per GPU).
+    names: dict[str, int] = {}
+    mi = [names.setdefault(m, len(names)) for m in b.series_metric]
+    sets: dict[str, int] = {}
+    label_sets: list[dict[str, str]] = []
+    li: list[int] = []
+    for lbl in b.series_labels:
+        text = json.dumps(lbl, separators=(",", ":"), sort_keys=True)
+        j = sets.get(text)
+        if j is None:
+            j = sets[text] = len(sets)
+            label_sets.append(lbl)
+        li.append(j)
+    at = b.scraped_at_ms
+    dt = [0 if t is None else t - at for t in b.sample_ts_ms]
     rec = {
         "v": VERSION,
         "kind": SCRAPE,
@@ -180,12 +214,18 @@ def encode_scrape(b: ScrapeBatch) -> bytes:
         "up": 1 if b.up else 0,
         "duration_s": b.duration_s,
         "error": b.error,
-        "m": b.series_metric,
-        "l": [json.dumps(lbl, separators=(",", ":"), sort_keys=True) for lbl in b.series_labels],
-        "s": b.sample_series,
-        "t": [b.scraped_at_ms if t is None else t for t in b.sample_ts_ms],
+        "mn": list(names),
+        "mi": mi,
+        "ls": list(sets),
+        "li": li,
+        "n": [series_node(lbl) for lbl in label_sets],
+        # The common case costs nothing to parse: one sample per series in series order, all at
+        # scraped_at, travel as empty lists.
+        "s": [] if b.sample_series == list(range(len(b.series_metric))) else b.sample_series,
+        "dt": dt if any(dt) else [],
         "x": x,
-        "nf": nf,
+        "ni": ni,
+        "nv": nv,
     }
     return json.dumps(rec, separators=(",", ":"), allow_nan=False).encode()
 

@@ -26,7 +26,9 @@ T = TypeVar("T")
 ALIAS = "lake"
 SCHEMAS = ("raw", "staging", "intermediate", "marts")
 
-# The tables others rely on (CONTRACT section 1b); the pipeline owns them.
+# The tables others rely on (CONTRACT section 1b); the pipeline owns them (docs/lake.md).
+# raw.kafka_offsets is append-only: a partition's next offset is its greatest next_offset among rows
+# of the topic's current topic_id (a topic recreated, or an in-memory broker restarted, starts over).
 RAW_DDL = """
 CREATE TABLE IF NOT EXISTS raw.k8s_objects (
     cluster VARCHAR, observed_at TIMESTAMPTZ, event_type VARCHAR, api_version VARCHAR, kind VARCHAR,
@@ -45,7 +47,7 @@ CREATE TABLE IF NOT EXISTS raw.dead_letters (
     landed_at TIMESTAMPTZ, topic VARCHAR, "partition" INTEGER, "offset" BIGINT, reason VARCHAR, payload BLOB
 );
 CREATE TABLE IF NOT EXISTS raw.kafka_offsets (
-    topic VARCHAR, "partition" INTEGER, next_offset BIGINT, landed_at TIMESTAMPTZ
+    topic VARCHAR, "partition" INTEGER, next_offset BIGINT, landed_at TIMESTAMPTZ, topic_id VARCHAR
 );
 """
 
@@ -78,9 +80,24 @@ def load_extensions(con: duckdb.DuckDBPyConnection, names: tuple[str, ...]) -> N
 
 
 def catalog_extensions(settings: Settings) -> tuple[str, ...]:
+    remote = ("httpfs",) if is_remote(data_path(settings)) else ()
     if settings.catalog_url.startswith(("postgres:", "postgresql:")):
-        return ("ducklake", "postgres_scanner")
-    return ("ducklake", "sqlite_scanner")
+        return ("ducklake", "postgres_scanner", *remote)
+    return ("ducklake", "sqlite_scanner", *remote)
+
+
+def is_remote(path: str) -> bool:
+    return path.startswith(("s3://", "s3a://", "gs://", "gcs://", "r2://", "az://", "abfss://", "http://", "https://"))
+
+
+def data_path(settings: Settings) -> str:
+    """DuckLake DATA_PATH with a trailing slash: ``lake_data_path`` (e.g. s3://bucket/lake/) or <data>/lake."""
+    path = settings.lake_data_path or os.path.abspath(settings.lake_path)
+    return path if path.endswith("/") else path + "/"
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def attach_sql(settings: Settings, read_only: bool = False, alias: str = ALIAS) -> str:
@@ -88,12 +105,17 @@ def attach_sql(settings: Settings, read_only: bool = False, alias: str = ALIAS) 
     url = settings.catalog_url
     if url.startswith("sqlite:"):
         catalog = "sqlite:" + os.path.abspath(url[len("sqlite:"):])
-    else:
+    elif url.startswith(("postgres://", "postgresql://")):
+        # libpq takes the URI form as it is (checked against PostgreSQL 15 with duckdb 1.5.5).
         catalog = "postgres:" + url
-    opts = [f"DATA_PATH '{os.path.abspath(settings.lake_path)}/'"]
+    else:
+        # postgres:dbname=lake host=pg user=gs (libpq key=value form) or postgresql:...
+        catalog = "postgres:" + url.split(":", 1)[1]
+    # Every writer must name the same DATA_PATH: DuckLake pins the first one in the catalog.
+    opts = [f"DATA_PATH {_sql_str(data_path(settings))}"]
     if read_only:
         opts.append("READ_ONLY")
-    return f"ATTACH 'ducklake:{catalog}' AS {alias} ({', '.join(opts)})"
+    return f"ATTACH {_sql_str('ducklake:' + catalog)} AS {alias} ({', '.join(opts)})"
 
 
 def is_conflict(e: BaseException) -> bool:
@@ -130,4 +152,28 @@ def connect(settings: Settings, read_only: bool = False, create: bool = True) ->
             con.execute(RAW_DDL)
 
         retry(init)
+        _sqlite_wal(settings)
     return con
+
+
+def _sqlite_wal(settings: Settings) -> None:
+    """Put a SQLite catalog in WAL mode (persistent, set once).
+
+    In SQLite's default rollback-journal mode an idle reader (an analyst's open ``gangscope sql``
+    session, a report) keeps a shared lock that blocks every writer's commit until it detaches;
+    in WAL mode readers and the writer no longer block each other.
+    """
+    url = settings.catalog_url
+    if not url.startswith("sqlite:"):
+        return
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(url[len("sqlite:"):], timeout=5)
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+        finally:
+            db.close()
+    except sqlite3.Error as e:
+        log.warning("could not put the catalog in WAL mode (%s); idle readers may delay writes", e)

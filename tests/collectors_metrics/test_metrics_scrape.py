@@ -207,8 +207,8 @@ def test_published_scrapes_read_back_from_kafka(settings: config.Settings) -> No
     for i in range(3):
         rec = by_target[f"{base}/n{i}"]
         assert rec["up"] == 1 and len(rec["x"]) == 200 and rec["job"] == "dcgm"
-        assert json.loads(rec["l"][0])["Hostname"] == f"gpu-{i}"
-        assert set(rec["t"]) == {rec["scraped_at"]}
+        assert json.loads(rec["ls"][0])["Hostname"] == f"gpu-{i}"
+        assert rec["dt"] == []  # every sample at scraped_at (compact form, docs/records.md)
     down = by_target[f"{base}/down"]
     assert down["up"] == 0 and "503" in down["error"] and down["x"] == []
 
@@ -236,7 +236,7 @@ def test_worker_pool_builds_the_same_records() -> None:
         got = by_url[ref.target]
         assert isinstance(got, EncodedScrapeBatch) and got.samples == len(ref.sample_value)
         a, b = json.loads(got.to_bytes()), json.loads(ref.to_bytes())
-        a.pop("duration_s"), b.pop("duration_s"), a.pop("scraped_at"), b.pop("scraped_at"), a.pop("t"), b.pop("t")
+        a.pop("duration_s"), b.pop("duration_s"), a.pop("scraped_at"), b.pop("scraped_at"), a.pop("dt"), b.pop("dt")
         assert a == b and got.error == ref.error
     assert by_url[f"{base}/b"].error.startswith("line 1: ")
 

@@ -1,0 +1,167 @@
+"""Ingest benchmark: land M realistic 8-GPU dcgm-exporter scrapes vs. merely reading them from Kafka.
+
+Usage: ``python bench/ingest.py [--records M]``. Starts the embedded broker, publishes M scrape
+records (200 samples each: the 23 dcgm-exporter series of the reference L4 scrape plus two DCP
+profiling series, for 8 GPUs, with pod attribution labels), then times
+
+  (a) a raw kafka-python consumer that only reads the records, and
+  (b) the pipeline (``consume.run(..., once=True)``) decoding and landing them into the lake,
+
+each from partition assignment to its last record read / landed (group joins and the idle wait
+are excluded), ``--repeat`` times (each landing into a fresh lake). Prints the medians of
+samples/s for both and the ratio b/a, ending with
+``ingest: landed=<samples/s> raw=<samples/s> ratio=<b/a> rss_mb=<peak>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import resource
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kafka import ConsumerRebalanceListener  # noqa: E402
+
+from gangscope import config  # noqa: E402
+from gangscope.records import ScrapeBatch  # noqa: E402
+from pipeline import consume  # noqa: E402
+from pipeline import kafka as pkafka  # noqa: E402
+from pipeline.broker import EmbeddedBroker  # noqa: E402
+from pipeline.publish import Publisher  # noqa: E402
+
+REFERENCE = ROOT.parent / "shared" / "reference" / "telemetry"
+SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\}\s+(\S+)')
+LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+EXTRA = ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")  # DCP fields, in dcp-metrics-included
+GPUS = 8
+NODES = 32
+
+
+def reference_series() -> list[tuple[str, dict[str, str]]]:
+    """(metric, labels) of GPU 0 in the reference dcgm-exporter scrape, plus the DCP extras."""
+    out = []
+    for line in (REFERENCE / "dcgm-exporter_metrics_sample_L4_gpu-operator.prom").read_text().splitlines():
+        m = SAMPLE.match(line)
+        if m:
+            out.append((m.group(1), dict(LABEL.findall(m.group(2)))))
+    dcp = (REFERENCE / "dcgm-exporter_dcp-metrics-included.csv").read_text()
+    for name in EXTRA:
+        assert name in dcp, name
+        out.append((name, dict(out[0][1])))
+    return out
+
+
+def scrape(series: list[tuple[str, dict[str, str]]], node: int, i: int, t_ms: int) -> ScrapeBatch:
+    host = f"gpu-node-{node:03d}"
+    b = ScrapeBatch("bench", f"http://{host}:9400/metrics", "nvidia-dcgm-exporter", f"10.0.{node}.7:9400", t_ms,
+                    duration_s=0.04)
+    for g in range(GPUS):
+        for k, (metric, labels) in enumerate(series):
+            lbl = dict(labels, gpu=str(g), device=f"nvidia{g}", Hostname=host,
+                       UUID=f"GPU-{uuid.UUID(int=node * 64 + g)}", pci_bus_id=f"00000000:{0x18 + g * 0x10:02X}:00.0",
+                       pod=f"trainer-{node // 4}-{node % 4}", namespace="ml-team", container="pytorch")
+            s = b.add_series(metric, lbl)
+            b.add_sample(s, float((i * 7 + g * 13 + k) % 100) + 0.5)
+    return b
+
+
+def publish(settings: config.Settings, bootstrap: str, records: int) -> int:
+    series = reference_series()
+    t0 = 1_767_225_600_000
+    samples = 0
+    with Publisher(settings, bootstrap, max_buffered=records + 1) as pub:
+        for i in range(records):
+            b = scrape(series, i % NODES, i, t0 + (i // NODES) * 15_000)
+            samples += len(b.sample_series)
+            pub.publish(b)
+        assert pub.flush(600), "publish did not finish"
+        assert pub.dropped == 0
+    return samples
+
+
+class _Assigned(ConsumerRebalanceListener):
+    at: float | None = None
+
+    def on_partitions_assigned(self, assigned: set) -> None:
+        self.at = self.at or time.monotonic()
+
+    def on_partitions_revoked(self, revoked: set) -> None:
+        pass
+
+
+def raw_read(settings: config.Settings, bootstrap: str, records: int) -> float:
+    """Seconds from partition assignment to the last record for a consumer that only reads.
+
+    Same consumer settings as the pipeline's, and the same clock (the pipeline's ``active_s``
+    also runs from assignment to its last batch landed).
+    """
+    c = pkafka.consumer(settings, bootstrap, group_id=f"raw-{uuid.uuid4().hex[:6]}",
+                        max_poll_records=consume.POLL_RECORDS)
+    listener = _Assigned()
+    c.subscribe(list(pkafka.topics(settings).values()), listener=listener)
+    n = 0
+    while n < records:
+        for recs in c.poll(timeout_ms=500).values():
+            n += len(recs)
+            for r in recs:  # touch each value, as a reader would
+                len(r.value)
+    elapsed = time.monotonic() - (listener.at or time.monotonic())
+    c.close()
+    return elapsed
+
+
+def median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=6000, help="scrape records to publish (default 6000)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each reader; medians are reported (default 3)")
+    ap.add_argument("--batch-records", type=int, default=None, help="pipeline.batch_records (default: settings)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    broker = EmbeddedBroker().start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            pipeline: dict[str, object] = {"idle_seconds": 2.0}
+            if args.batch_records:
+                pipeline["batch_records"] = args.batch_records
+            settings = config.load(overrides={"data": f"{tmp}/publish", "pipeline": pipeline,
+                                              "kafka": {"bootstrap_servers": broker.bootstrap}}, environ={})
+            t = time.perf_counter()
+            samples = publish(settings, broker.bootstrap, args.records)
+            print(f"published {args.records} records, {samples} samples in {time.perf_counter() - t:.1f}s")
+            raws, landeds = [], []
+            for run in range(args.repeat):
+                raw_s = raw_read(settings, broker.bootstrap, args.records)
+                raws.append(samples / raw_s)
+                print(f"(a) raw consume, run {run + 1}: {raw_s:.2f}s, {raws[-1]:,.0f} samples/s")
+            for run in range(args.repeat):
+                s = config.load(overrides={"data": f"{tmp}/lake{run}", "kafka": {"bootstrap_servers": broker.bootstrap},
+                                           "pipeline": dict(pipeline, group_id=f"bench-{run}")}, environ={})
+                stats = consume.run(s, broker.bootstrap, once=True)
+                assert stats.samples == samples and stats.dead == 0, stats
+                landeds.append(samples / stats.active_s)
+                print(f"(b) pipeline landing, run {run + 1}: {stats.active_s:.2f}s in {stats.batches} batches, "
+                      f"{landeds[-1]:,.0f} samples/s (lander thread: decode {stats.decode_s:.2f}s, "
+                      f"lake writes {stats.write_s:.2f}s)")
+            raw, landed = median(raws), median(landeds)
+            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            print(f"medians of {args.repeat}: raw {raw:,.0f} samples/s, landed {landed:,.0f} samples/s")
+            print(f"ingest: landed={landed:.0f} raw={raw:.0f} ratio={landed / raw:.2f} rss_mb={rss_mb:.0f}")
+    finally:
+        broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""The consume loop: Kafka -> micro-batches -> ``land`` -> commit.
+
+The lake is the source of truth for progress: on every assignment a partition is sought to
+the next offset stored in ``raw.kafka_offsets`` (from the beginning if none), and Kafka's
+committed offsets, written after each lake commit, are only advisory (for lag monitoring).
+On revocation, records buffered for the lost partitions are dropped un-landed; their new
+owner reads them again from the stored offsets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import duckdb
+from kafka import ConsumerRebalanceListener, KafkaAdminClient, TopicPartition
+from kafka.structs import OffsetAndMetadata
+
+from gangscope.config import Settings
+from pipeline import kafka as pkafka
+from pipeline import lake
+from pipeline.land import LandStats, Record, land, stored_offsets
+
+log = logging.getLogger(__name__)
+
+POLL_RECORDS = 500  # records per poll; batches fill over several polls, so the byte bound holds
+NO_ASSIGNMENT_GIVE_UP_S = 60.0  # --once: exit if the group never assigns us a partition
+_NULL_ID = "00000000-0000-0000-0000-000000000000"
+
+
+@dataclass
+class ConsumeStats(LandStats):
+    batches: int = 0
+    elapsed_s: float = 0.0  # the whole run, group join and idle wait included
+    active_s: float = 0.0  # from the first partition assignment to the last batch landed
+
+
+def topic_ids(settings: Settings, bootstrap: str, topics: list[str]) -> dict[str, str]:
+    """Kafka topic id per topic (empty if the broker does not tell): tells incarnations apart."""
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **dict(settings.kafka.security))
+        try:
+            described = admin.describe_topics(topics)
+        finally:
+            admin.close()
+    except Exception as e:  # older brokers: offsets then match whatever id they were stored with
+        log.debug("no topic ids: %s", e)
+        return {}
+    out = {}
+    for t in described:
+        tid = str(t.get("topic_id") or "")
+        if tid and tid != _NULL_ID:
+            out[t["name"]] = tid
+    return out
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, loop: _Loop) -> None:
+        self.loop = loop
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.loop.revoke(revoked)
+
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        self.loop.revoke(lost)
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.loop.assign(assigned)
+
+
+class _Lander:
+    """Lands batches on its own thread so the next batch is polled and buffered meanwhile.
+
+    Polars and DuckDB release the GIL, so decoding and writing overlap kafka-python's
+    fetching. At most one batch waits while one lands, which bounds memory to about three
+    batches (buffer, queued, landing).
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, ids: dict[str, str]) -> None:
+        self.con, self.ids = con, ids
+        self.jobs: queue.Queue[list[Record] | None] = queue.Queue(maxsize=1)
+        self.done: queue.Queue[LandStats] = queue.Queue()
+        self.error: BaseException | None = None
+        self.pending = 0  # batches handed over and not yet reported back
+        self.thread = threading.Thread(target=self._run, name="gangscope-lander", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (batch := self.jobs.get()) is not None:
+            try:
+                if self.error is None:
+                    self.done.put(land(self.con, batch, self.ids))
+                    continue
+            except BaseException as e:  # reported on the consuming thread
+                self.error = e
+            self.done.put(LandStats())
+
+    def submit(self, batch: list[Record]) -> None:
+        self.check()
+        self.pending += 1
+        self.jobs.put(batch)
+
+    def results(self, wait: bool = False) -> list[LandStats]:
+        """Stats of batches landed since the last call; with ``wait``, wait for all pending."""
+        out = []
+        while self.pending:
+            try:
+                out.append(self.done.get(block=wait, timeout=None))
+            except queue.Empty:
+                break
+            self.pending -= 1
+        self.check()
+        return out
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.thread.join()
+
+
+class _Loop:
+    def __init__(self, settings: Settings, bootstrap: str) -> None:
+        self.settings = settings
+        self.topics = list(pkafka.topics(settings).values())
+        pkafka.ensure_topics(settings, bootstrap)
+        self.ids = topic_ids(settings, bootstrap, self.topics)
+        self.con = lake.connect(settings)
+        # Rows carry their own time and Kafka offset; letting DuckDB write them out of order is faster.
+        self.con.execute("SET preserve_insertion_order = false")
+        self.reader = self.con.cursor()  # this thread's own connection to the same lake
+        self.reader.execute(f"USE {lake.ALIAS}")
+        try:
+            self.consumer = pkafka.consumer(
+                settings, bootstrap, max_poll_records=max(1, min(settings.pipeline.batch_records, POLL_RECORDS)))
+        except BaseException:
+            self.con.close()
+            raise
+        self.lander = _Lander(self.con, self.ids)
+        self.buffer: list[Record] = []
+        self.buffer_bytes = 0
+        self.first_buffered = 0.0
+        self.to_commit: dict[tuple[str, int], int] = {}
+        self.assigned_at: float | None = None
+        self.first_assigned_at: float | None = None
+        self.stats = ConsumeStats()
+
+    def assign(self, assigned: set[TopicPartition]) -> None:
+        self.collect(wait=True)
+        stored = lake.retry(lambda: stored_offsets(self.reader, self.ids))
+        for tp in sorted(assigned):
+            nxt = stored.get((tp.topic, tp.partition))
+            if nxt is None:
+                self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek(tp, nxt)
+        log.info("assigned %d partition(s): %s", len(assigned),
+                 ", ".join(f"{tp.topic}[{tp.partition}]@{stored.get((tp.topic, tp.partition), 0)}"
+                           for tp in sorted(assigned)))
+        self.assigned_at = time.monotonic()
+        if self.first_assigned_at is None:
+            self.first_assigned_at = self.assigned_at
+
+    def revoke(self, revoked: set[TopicPartition]) -> None:
+        # Batches already handed to the lander were read while we owned these partitions: let them
+        # land before giving the partitions up; what is only buffered is dropped.
+        self.collect(wait=True)
+        lost = {(tp.topic, tp.partition) for tp in revoked}
+        keep = [r for r in self.buffer if (r[0], r[1]) not in lost]
+        if len(keep) != len(self.buffer):
+            log.info("dropping %d buffered record(s) of %d revoked partition(s); their new owner re-reads them",
+                     len(self.buffer) - len(keep), len(lost))
+        self.buffer = keep
+        self.buffer_bytes = sum(len(r[3] or b"") for r in keep)
+
+    def poll(self, timeout_ms: int) -> int:
+        n = 0
+        for recs in self.consumer.poll(timeout_ms=timeout_ms).values():
+            if not self.buffer and recs:
+                self.first_buffered = time.monotonic()
+            for r in recs:
+                self.buffer.append((r.topic, r.partition, r.offset, r.value))
+                self.buffer_bytes += len(r.value or b"")
+            n += len(recs)
+        return n
+
+    def due(self) -> bool:
+        """A batch is due when full, old enough, or a quarter full while the lander has nothing to do
+        (so a backlog starts landing at once and batches grow only while the lander is busy)."""
+        p = self.settings.pipeline
+        return bool(self.buffer) and (
+            len(self.buffer) >= p.batch_records or self.buffer_bytes >= p.batch_bytes
+            or time.monotonic() - self.first_buffered >= p.flush_seconds
+            or (not self.lander.pending and (len(self.buffer) >= p.batch_records // 4
+                                             or self.buffer_bytes >= p.batch_bytes // 4)))
+
+    def flush(self, wait: bool = False) -> None:
+        """Hand the buffer to the lander (blocks while another batch waits); ``wait``: until all landed."""
+        if self.buffer:
+            batch = [(t, p, o, v or b"") for t, p, o, v in self.buffer]
+            self.buffer, self.buffer_bytes = [], 0
+            self.lander.submit(batch)
+        self.collect(wait)
+
+    def collect(self, wait: bool = False) -> None:
+        """Account for landed batches; their offsets are committed by ``commit`` (not from callbacks)."""
+        for st in self.lander.results(wait):
+            self.stats.add(st)
+            self.stats.batches += 1
+            self.to_commit.update(st.next_offsets)
+            if self.first_assigned_at is not None:
+                self.stats.active_s = time.monotonic() - self.first_assigned_at
+
+    def commit(self) -> None:
+        """Commit landed offsets to Kafka: advisory only (lag monitoring); the lake holds the truth."""
+        if self.to_commit:
+            offsets, self.to_commit = self.to_commit, {}
+            with contextlib.suppress(Exception):  # e.g. a rebalance in progress: the next commit catches up
+                self.consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
+                                      for (t, p), o in offsets.items()})
+
+    def reached(self, until: dict[tuple[str, int], int]) -> bool:
+        stored = lake.retry(lambda: stored_offsets(self.reader, self.ids))
+        return all(stored.get(tp, 0) >= off for tp, off in until.items())
+
+    def close(self) -> None:
+        self.lander.close()
+        with contextlib.suppress(Exception):
+            self.consumer.close()
+        self.reader.close()
+        self.con.close()
+
+
+def run(settings: Settings, bootstrap: str, *, once: bool = False,
+        until: dict[tuple[str, int], int] | None = None, stop: threading.Event | None = None) -> ConsumeStats:
+    """Consume both topics and land them until ``stop`` is set (or drained/reached, see below).
+
+    ``once``: stop when nothing new arrived for ``pipeline.idle_seconds`` after the group assigned
+    partitions (never by end offsets: the embedded broker's can lag). ``until``: stop once every
+    listed (topic, partition) has its stored next offset at or beyond the given offset. The batch
+    in hand is always landed before returning.
+    """
+    stop = stop or threading.Event()
+    started = time.monotonic()
+    loop = _Loop(settings, bootstrap)
+    loop.consumer.subscribe(loop.topics, listener=_Rebalance(loop))
+    last_new = time.monotonic()
+    last_log = time.monotonic()
+    logged = 0
+    try:
+        while not stop.is_set():
+            got = loop.poll(200)
+            now = time.monotonic()
+            if got:
+                last_new = now
+            if loop.due():
+                loop.flush()
+            else:
+                loop.collect()
+            loop.commit()
+            if now - last_log >= 10.0 and loop.stats.records != logged:
+                rate = (loop.stats.records - logged) / (now - last_log)
+                log.info("landed %d record(s) so far (%d samples, %d k8s rows, %d dead letters); %.0f records/s",
+                         loop.stats.records, loop.stats.samples, loop.stats.k8s_rows, loop.stats.dead, rate)
+                last_log, logged = now, loop.stats.records
+            if until is not None and not loop.buffer and not loop.lander.pending and loop.reached(until):
+                break
+            if once and not got:
+                if loop.assigned_at is None:
+                    if now - started > NO_ASSIGNMENT_GIVE_UP_S:
+                        log.warning("no partitions assigned within %.0fs; giving up", NO_ASSIGNMENT_GIVE_UP_S)
+                        break
+                elif now - max(last_new, loop.assigned_at) >= settings.pipeline.idle_seconds:
+                    loop.flush(wait=True)
+                    if until is None or loop.reached(until):
+                        break
+        loop.flush(wait=True)
+        loop.commit()
+    finally:
+        loop.close()
+    loop.stats.elapsed_s = time.monotonic() - started
+    return loop.stats

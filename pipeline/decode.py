@@ -1,0 +1,254 @@
+"""Bulk decoding of Kafka record values into lake rows, with Polars.
+
+A whole micro-batch is parsed at once: the values are joined into one NDJSON buffer and
+read with an explicit schema, so the hot path never calls ``json.loads`` per record.
+Only when the bulk read fails (some record is not valid JSON, or a field has the wrong
+type) are the records checked one by one to find the culprits, which become dead
+letters with the parser's message; the rest are read in bulk again.
+
+Scrape records are columnar (see docs/records.md): samples are exploded together, and
+each sample finds its series' metric (and through it its label set and node) by a gather
+on a flat index (offset of its record + its ``s``) rather than a join.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+
+import polars as pl
+import pyarrow as pa
+
+from gangscope.records import K8S, K8S_TYPES, RELIST_BEGIN, RELIST_END, SCRAPE, VERSION
+
+# (index in the input, reason)
+Dead = tuple[int, str]
+
+_META = pl.Struct({"namespace": pl.String, "name": pl.String, "uid": pl.String, "resourceVersion": pl.String})
+K8S_SCHEMA: dict[str, pl.DataType] = {
+    "v": pl.Int64(), "kind": pl.String(), "cluster": pl.String(), "type": pl.String(),
+    "observed_at": pl.String(),
+    "object": pl.Struct({"apiVersion": pl.String, "kind": pl.String, "metadata": _META}),
+    "api_version": pl.String(), "resource_kind": pl.String(), "resource_version": pl.String(),
+}
+SCRAPE_SCHEMA: dict[str, pl.DataType] = {
+    "v": pl.Int64(), "kind": pl.String(), "cluster": pl.String(), "target": pl.String(), "job": pl.String(),
+    "instance": pl.String(), "scraped_at": pl.Int64(), "up": pl.Int64(), "duration_s": pl.Float64(),
+    "error": pl.String(),
+    "mn": pl.List(pl.String), "mi": pl.List(pl.Int64), "ls": pl.List(pl.String), "li": pl.List(pl.Int64),
+    "n": pl.List(pl.String), "s": pl.List(pl.Int64), "dt": pl.List(pl.Int64), "x": pl.List(pl.Float64),
+    "ni": pl.List(pl.Int64), "nv": pl.List(pl.String),
+}
+_NONFINITE = {"NaN": float("nan"), "+Inf": float("inf"), "-Inf": float("-inf")}
+_TS = pl.Datetime("ms", "UTC")
+
+
+@dataclass
+class Decoded:
+    """Rows for one table kind plus the inputs that could not be decoded."""
+
+    rows: pl.DataFrame | pa.Table  # scrape samples come as an Arrow table with dictionary-coded strings
+    dead: list[Dead] = field(default_factory=list)
+    scrapes: pl.DataFrame | None = None  # scrape batches only: one row per scrape
+
+
+def _read(values: list[bytes], schema: dict[str, pl.DataType]) -> tuple[pl.DataFrame, list[int], list[Dead]]:
+    """NDJSON-read ``values``; returns the frame, the input index of each row, and dead letters."""
+    dead: list[Dead] = []
+    idx = list(range(len(values)))
+    buf = b"\n".join(values)
+    if buf.count(b"\n") == len(values) - 1 and all(values):
+        try:
+            return pl.read_ndjson(io.BytesIO(buf), schema=schema), idx, dead
+        except (pl.exceptions.PolarsError, ValueError):
+            pass
+    # Slow path, only when something is wrong: find the bad records, read the rest in bulk.
+    good: list[bytes] = []
+    idx = []
+    for i, v in enumerate(values):
+        reason = None
+        if not v or not v.strip():
+            reason = "empty record"
+        else:
+            try:
+                obj = json.loads(v)
+            except (ValueError, UnicodeDecodeError) as e:
+                reason = f"malformed JSON: {e}"
+            else:
+                if not isinstance(obj, dict):
+                    reason = f"malformed record: expected a JSON object, got {type(obj).__name__}"
+                else:
+                    v = json.dumps(obj, separators=(",", ":")).encode()  # one line
+                    try:
+                        pl.read_ndjson(io.BytesIO(v), schema=schema)
+                    except (pl.exceptions.PolarsError, ValueError) as e:
+                        reason = f"malformed record: {str(e).splitlines()[0]}"
+        if reason:
+            dead.append((i, reason))
+        else:
+            good.append(v)
+            idx.append(i)
+    if not good:
+        return pl.DataFrame(schema=schema), idx, dead
+    return pl.read_ndjson(io.BytesIO(b"\n".join(good)), schema=schema), idx, dead
+
+
+def _envelope_reason(kind: str) -> pl.Expr:
+    """Why a record's envelope is unacceptable, or null."""
+    return (
+        pl.when(pl.col("v").is_null()).then(pl.lit("missing envelope version 'v'"))
+        .when(pl.col("v") != VERSION)
+        .then(pl.format("unsupported envelope version v={} (this pipeline reads v={})", pl.col("v"), pl.lit(VERSION)))
+        .when(pl.col("kind").is_null() | (pl.col("kind") != kind))
+        .then(pl.format("unknown record kind '{}' on a {} topic", pl.col("kind").fill_null("null"), pl.lit(kind)))
+        .otherwise(None)
+    )
+
+
+def _split(df: pl.DataFrame, idx: list[int], reason: pl.Expr, dead: list[Dead]) -> pl.DataFrame:
+    df = df.with_columns(_i=pl.Series(idx, dtype=pl.Int64), _why=reason)
+    bad = df.filter(pl.col("_why").is_not_null())
+    dead.extend(zip(bad["_i"].to_list(), bad["_why"].to_list(), strict=True))
+    return df.filter(pl.col("_why").is_null()).drop("_why")
+
+
+def decode_k8s(values: list[bytes]) -> Decoded:
+    """Watch events -> rows of ``raw.k8s_objects`` (plus ``_i``, the input index)."""
+    df, idx, dead = _read(values, K8S_SCHEMA)
+    if df.height:
+        # The object's exact JSON text (the schema read above keeps only its identity fields).
+        text = pl.Series([values[i] for i in idx], dtype=pl.Binary).cast(pl.String)
+        df = df.with_columns(object_json=text.str.json_path_match("$.object"),
+                             observed=pl.col("observed_at").str.to_datetime(time_zone="UTC", strict=False))
+    else:
+        df = df.with_columns(object_json=pl.lit(None, pl.String), observed=pl.lit(None, pl.Datetime("us", "UTC")))
+    marker = pl.col("type").is_in([RELIST_BEGIN, RELIST_END])
+    reason = (
+        pl.when(_envelope_reason(K8S).is_not_null()).then(_envelope_reason(K8S))
+        .when(~pl.col("type").is_in(list(K8S_TYPES)))
+        .then(pl.format("unknown watch event type '{}'", pl.col("type").fill_null("null")))
+        .when(pl.col("observed").is_null())
+        .then(pl.format("bad observed_at '{}' (expected RFC 3339)", pl.col("observed_at").fill_null("null")))
+        .when(~marker & pl.col("object_json").is_null()).then(pl.lit("watch event without an object"))
+        .when(marker & (pl.col("api_version").is_null() | pl.col("resource_kind").is_null()))
+        .then(pl.lit("relist marker without api_version/resource_kind"))
+        .otherwise(None)
+    )
+    df = _split(df, idx, reason, dead)
+    meta = pl.col("object").struct.field("metadata")
+    rows = df.select(
+        cluster=pl.col("cluster"),
+        observed_at=pl.col("observed"),
+        event_type=pl.col("type"),
+        api_version=pl.coalesce(pl.col("object").struct.field("apiVersion"), pl.col("api_version")),
+        kind=pl.coalesce(pl.col("object").struct.field("kind"), pl.col("resource_kind")),
+        namespace=meta.struct.field("namespace"),
+        name=meta.struct.field("name"),
+        uid=meta.struct.field("uid"),
+        resource_version=pl.coalesce(meta.struct.field("resourceVersion"), pl.col("resource_version")),
+        object=pl.col("object_json"),
+        _i=pl.col("_i"),
+    )
+    return Decoded(rows, dead)
+
+
+def decode_scrapes(values: list[bytes]) -> Decoded:
+    """Scrape batches -> one row per sample (``rows``, with ``_i``) and one per scrape (``scrapes``)."""
+    df, idx, dead = _read(values, SCRAPE_SCHEMA)
+    # Empty ``s``/``dt`` are the compact common case (sample j is series j / at scraped_at).
+    nx0 = pl.col("x").list.len().fill_null(0)
+    df = df.with_columns(
+        s=pl.when(pl.col("s").list.len().fill_null(0) == 0).then(pl.int_ranges(0, nx0)).otherwise(pl.col("s")),
+        _dt0=pl.col("dt").list.len().fill_null(0) == 0,
+        _s0=pl.col("s").list.len().fill_null(0) == 0,
+    )
+    ln = {c: pl.col(c).list.len().fill_null(0) for c in ("s", "dt", "x", "mn", "mi", "ls", "li", "n", "ni", "nv")}
+    ns, nm, nls = ln["s"], ln["mi"], ln["ls"]
+
+    def out_of(col: str, n: pl.Expr) -> pl.Expr:
+        return (pl.col(col).list.min() < 0) | (pl.col(col).list.max() >= n)
+
+    reason = (
+        pl.when(_envelope_reason(SCRAPE).is_not_null()).then(_envelope_reason(SCRAPE))
+        .when(pl.col("scraped_at").is_null()).then(pl.lit("scrape without scraped_at"))
+        .when(pl.col("_s0") & (ln["x"] != nm))
+        .then(pl.format("one value per series expected, got x={} for {} series", ln["x"], nm))
+        .when((~pl.col("_dt0") & (ns != ln["dt"])) | (ns != ln["x"]))
+        .then(pl.format("sample columns differ in length (s={} dt={} x={})", ns, ln["dt"], ln["x"]))
+        .when(ln["li"] != nm)
+        .then(pl.format("series columns differ in length (mi={} li={})", nm, ln["li"]))
+        .when(ln["n"] != nls)
+        .then(pl.format("label-set columns differ in length (ls={} n={})", nls, ln["n"]))
+        .when(out_of("s", nm)).then(pl.format("a sample refers to a series that does not exist (series={})", nm))
+        .when(out_of("mi", ln["mn"])).then(pl.lit("a series refers to a metric name that does not exist"))
+        .when(out_of("li", nls)).then(pl.lit("a series refers to a label set that does not exist"))
+        .when(ln["ni"] != ln["nv"]).then(pl.lit("non-finite columns differ in length (ni, nv)"))
+        .when(out_of("ni", ns)).then(pl.lit("a non-finite marker refers to a sample that does not exist"))
+        .when(pl.col("ls").list.eval(~pl.element().str.starts_with("{")
+                                     | pl.element().str.json_path_match("$").is_null()).list.any())
+        .then(pl.lit("a label set is not a JSON object"))
+        .when(pl.col("dt").list.eval(pl.element().is_null()).list.any())
+        .then(pl.lit("a sample without a time offset (dt)"))
+        .otherwise(None)
+    )
+    df = _split(df, idx, reason, dead)
+    ns = pl.col("s").list.len()
+    scrapes = df.select(
+        cluster="cluster", scraped_at=pl.col("scraped_at").cast(_TS), target="target", job="job",
+        instance="instance", up=pl.col("up") != 0, duration_s="duration_s", samples=ns.cast(pl.Int32),
+        error="error", _i="_i",
+    )
+    # Only scrapes with samples (so every list below is non-empty and explodes without nulls).
+    lens = {c: pl.col(c).list.len() for c in ("mi", "mn", "ls")}
+    withs = df.filter(ns > 0).with_columns(
+        _series0=lens["mi"].cum_sum() - lens["mi"],
+        _names0=lens["mn"].cum_sum() - lens["mn"],
+        _sets0=lens["ls"].cum_sum() - lens["ls"],
+        _sample0=ns.cum_sum() - ns,
+    )
+    if withs["_dt0"].all():
+        ex = withs.with_row_index("_r").select("_r", "_i", "scraped_at", "_series0", "s", "x").explode(["s", "x"])
+        ts = ex["scraped_at"]
+    else:
+        withs = withs.with_columns(dt=pl.when(pl.col("_dt0")).then(pl.col("s").list.eval(pl.element() * 0))
+                                   .otherwise(pl.col("dt")))
+        ex = (withs.with_row_index("_r").select("_r", "_i", "scraped_at", "_series0", "s", "dt", "x")
+              .explode(["s", "dt", "x"]))
+        ts = ex["scraped_at"] + ex["dt"]
+    gidx = ex["_series0"] + ex["s"]  # flat series index of each sample
+    value = ex["x"]
+    nf = withs.filter(pl.col("ni").list.len() > 0)
+    if nf.height:
+        nfx = nf.select("_sample0", "ni", "nv").explode(["ni", "nv"])
+        value = value.scatter((nfx["_sample0"] + nfx["ni"]).to_numpy(),
+                              nfx["nv"].replace_strict(_NONFINITE, default=None, return_dtype=pl.Float64))
+    series = withs.select("_names0", "_sets0", "mi", "li").explode(["mi", "li"])
+    names = withs["mn"].explode()
+    sets = withs.select(pl.col("ls").explode(), pl.col("n").explode())
+    name_idx = (series["_names0"] + series["mi"]).gather(gidx)
+    set_idx = (series["_sets0"] + series["li"]).gather(gidx)
+    rec = ex["_r"]
+
+    def coded(indices: pl.Series, values: pl.Series) -> pa.DictionaryArray:
+        # Strings stay dictionary-coded (a label set is shared by ~25 samples of a dcgm scrape), so
+        # they are never copied per sample on the way into DuckDB.
+        return pa.DictionaryArray.from_arrays(indices.cast(pl.Int32).to_arrow(), values.to_arrow())
+
+    labels = coded(set_idx, sets["ls"])
+    # Validated above, once per label set: typed as JSON so DuckDB does not re-validate every sample.
+    labels = pa.DictionaryArray.from_arrays(labels.indices, pa.ExtensionArray.from_storage(
+        pa.json_(labels.dictionary.type), labels.dictionary))
+    rows = pa.table({
+        "cluster": coded(rec, withs["cluster"]),
+        "ts": ts.cast(_TS).to_arrow(),
+        "metric": coded(name_idx, names),
+        "labels": labels,
+        "value": value.to_arrow(),
+        "node": coded(set_idx, sets["n"]),
+        "target": coded(rec, withs["target"]),
+        "job": coded(rec, withs["job"]),
+        "instance": coded(rec, withs["instance"]),
+        "_i": ex["_i"].to_arrow(),
+    })
+    return Decoded(rows, dead, scrapes)

@@ -1,0 +1,209 @@
+"""Landing a micro-batch of Kafka records into the raw lake tables, exactly once.
+
+Rows, dead letters and each partition's next offset are written in one DuckLake
+transaction, so after a crash the lake either holds a batch with its offsets or neither;
+the consumer seeks to the stored offsets on start. Inside the transaction the stored
+offsets are read again and records below them are skipped, so a batch that another
+process (or an earlier life of this one) already landed is never landed twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+
+from pipeline import lake
+from pipeline.decode import Decoded, decode_k8s, decode_scrapes
+
+log = logging.getLogger(__name__)
+
+Record = tuple[str, int, int, bytes]  # topic, partition, offset, value
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class LandStats:
+    records: int = 0
+    k8s_rows: int = 0
+    samples: int = 0
+    scrapes: int = 0
+    dead: int = 0
+    skipped: int = 0  # already landed before (offset below the stored next offset)
+    decode_s: float = 0.0  # time spent decoding
+    write_s: float = 0.0  # time spent in the lake transaction
+    next_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+    def add(self, other: LandStats) -> None:
+        for name in ("records", "k8s_rows", "samples", "scrapes", "dead", "skipped", "decode_s", "write_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.next_offsets.update(other.next_offsets)
+
+
+def topic_kind(topic: str) -> str | None:
+    """``k8s`` or ``metrics`` by the topic's name (``<prefix>k8s``/``<prefix>metrics``)."""
+    if topic.endswith("k8s"):
+        return "k8s"
+    if topic.endswith("metrics"):
+        return "metrics"
+    return None
+
+
+def stored_offsets(con: duckdb.DuckDBPyConnection,
+                   topic_ids: dict[str, str] | None = None) -> dict[TopicPartition, int]:
+    """Next offset per (topic, partition) stored in the lake, for the topics' current ids.
+
+    With ``topic_ids`` (topic -> Kafka topic id), rows written for another incarnation of a
+    topic are ignored; a topic missing from ``topic_ids`` matches any id.
+    """
+    rows = con.execute(
+        'SELECT topic, "partition", coalesce(topic_id, \'\'), max(next_offset) FROM raw.kafka_offsets '
+        "GROUP BY ALL"
+    ).fetchall()
+    out: dict[TopicPartition, int] = {}
+    for topic, part, tid, nxt in rows:
+        want = (topic_ids or {}).get(topic)
+        if want is not None and tid != want:
+            continue
+        key = (topic, int(part))
+        out[key] = max(out.get(key, 0), int(nxt))
+    return out
+
+
+def _with_kafka(df: pl.DataFrame | pa.Table, parts: pl.Series, offs: pl.Series) -> pl.DataFrame | pa.Table:
+    if isinstance(df, pa.Table):
+        idx = df.column("_i").to_numpy()
+        return (df.drop_columns(["_i"]).append_column("kafka_partition", pa.array(parts.to_numpy()[idx]))
+                .append_column("kafka_offset", pa.array(offs.to_numpy()[idx])))
+    idx = df["_i"]
+    return df.drop("_i").with_columns(kafka_partition=parts.gather(idx), kafka_offset=offs.gather(idx))
+
+
+def _decode(batch: list[Record]) -> tuple[dict[str, pl.DataFrame | pa.Table], list[tuple[Record, str]]]:
+    """Decode a batch into frames per raw table plus dead letters."""
+    by_kind: dict[str, list[Record]] = {"k8s": [], "metrics": []}
+    dead: list[tuple[Record, str]] = []
+    for rec in batch:
+        kind = topic_kind(rec[0])
+        if kind is None:
+            dead.append((rec, f"unknown topic {rec[0]!r}"))
+        else:
+            by_kind[kind].append(rec)
+    frames: dict[str, pl.DataFrame | pa.Table] = {}
+    for kind, recs in by_kind.items():
+        if not recs:
+            continue
+        values = [r[3] for r in recs]
+        d: Decoded = decode_k8s(values) if kind == "k8s" else decode_scrapes(values)
+        parts = pl.Series([r[1] for r in recs], dtype=pl.Int32)
+        offs = pl.Series([r[2] for r in recs], dtype=pl.Int64)
+        dead.extend((recs[i], why) for i, why in d.dead)
+        if kind == "k8s":
+            frames["k8s_objects"] = _with_kafka(d.rows, parts, offs)
+        else:
+            frames["metric_samples"] = _with_kafka(d.rows, parts, offs)
+            assert d.scrapes is not None
+            frames["scrapes"] = _with_kafka(d.scrapes, parts, offs)
+    return frames, dead
+
+
+_INSERT = {
+    "k8s_objects": "INSERT INTO raw.k8s_objects SELECT cluster, observed_at, event_type, api_version, kind, namespace, "
+                   "name, uid, resource_version, object, kafka_partition, kafka_offset FROM _frame",
+    "metric_samples": "INSERT INTO raw.metric_samples SELECT cluster, ts, metric, labels, value, node, target, job, "
+                      "instance, kafka_partition, kafka_offset FROM _frame",
+    "scrapes": "INSERT INTO raw.scrapes SELECT cluster, scraped_at, target, job, instance, up, duration_s, samples, "
+               "error, kafka_partition, kafka_offset FROM _frame",
+    "dead_letters": 'INSERT INTO raw.dead_letters SELECT landed_at, topic, "partition", "offset", reason, payload '
+                    "FROM _frame",
+    "kafka_offsets": 'INSERT INTO raw.kafka_offsets SELECT topic, "partition", next_offset, landed_at, topic_id '
+                     "FROM _frame",
+}
+
+
+def land(con: duckdb.DuckDBPyConnection, batch: list[Record], topic_ids: dict[str, str] | None = None) -> LandStats:
+    """Decode ``batch`` in bulk and land rows, dead letters and next offsets in one transaction.
+
+    ``batch`` holds (topic, partition, offset, value); records whose offset is below the stored
+    next offset of their partition were landed before and are skipped. Returns what was landed.
+    """
+    stats = LandStats(records=len(batch))
+    if not batch:
+        return stats
+    return _land(con, batch, topic_ids, stats, {})
+
+
+def _land(con: duckdb.DuckDBPyConnection, batch: list[Record], topic_ids: dict[str, str] | None, stats: LandStats,
+          stored: dict[TopicPartition, int]) -> LandStats:
+    fresh = [r for r in batch if r[2] >= stored.get((r[0], r[1]), 0)]
+    stats.skipped = len(batch) - len(fresh)
+    if not fresh:
+        return stats
+    t0 = time.perf_counter()
+    frames, dead = _decode(fresh)
+    stats.decode_s += time.perf_counter() - t0
+    now = datetime.now(UTC)
+    if dead:
+        frames["dead_letters"] = pl.DataFrame({
+            "landed_at": [now] * len(dead),
+            "topic": [r[0] for r, _ in dead],
+            "partition": pl.Series([r[1] for r, _ in dead], dtype=pl.Int32),
+            "offset": pl.Series([r[2] for r, _ in dead], dtype=pl.Int64),
+            "reason": [why for _, why in dead],
+            "payload": pl.Series([r[3] for r, _ in dead], dtype=pl.Binary),
+        })
+        for (topic, part, off, _), why in dead[:5]:
+            log.warning("dead letter %s[%d]@%d: %s", topic, part, off, why)
+    nxt: dict[TopicPartition, int] = {}
+    for topic, part, off, _ in fresh:
+        nxt[(topic, part)] = max(nxt.get((topic, part), 0), off + 1)
+    frames["kafka_offsets"] = pl.DataFrame({
+        "topic": [t for t, _ in nxt],
+        "partition": pl.Series([p for _, p in nxt], dtype=pl.Int32),
+        "next_offset": pl.Series(list(nxt.values()), dtype=pl.Int64),
+        "landed_at": [now] * len(nxt),
+        "topic_id": [(topic_ids or {}).get(t, "") for t, _ in nxt],
+    })
+    low: dict[TopicPartition, int] = {}
+    for topic, part, off, _ in fresh:
+        low[(topic, part)] = min(low.get((topic, part), off), off)
+
+    def transaction() -> dict[TopicPartition, int] | None:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            now_stored = stored_offsets(con, topic_ids)
+            if any(now_stored.get(tp, 0) > first for tp, first in low.items()):
+                con.execute("ROLLBACK")
+                return now_stored  # landed before (or meanwhile): start over, skipping that part
+            for table, frame in frames.items():
+                if (frame.num_rows if isinstance(frame, pa.Table) else frame.height):
+                    con.register("_frame", frame if isinstance(frame, pa.Table) else frame.to_arrow())
+                    try:
+                        con.execute(_INSERT[table])
+                    finally:
+                        con.unregister("_frame")
+            con.execute("COMMIT")
+            return None
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise
+
+    t0 = time.perf_counter()
+    landed_before = lake.retry(transaction)
+    stats.write_s += time.perf_counter() - t0
+    if landed_before is not None:
+        log.info("part of a batch was landed before; landing the rest")
+        return _land(con, batch, topic_ids, stats, landed_before)
+    stats.k8s_rows = frames["k8s_objects"].height if "k8s_objects" in frames else 0
+    stats.samples = frames["metric_samples"].num_rows if "metric_samples" in frames else 0
+    stats.scrapes = frames["scrapes"].height if "scrapes" in frames else 0
+    stats.dead = len(dead)
+    stats.next_offsets = nxt
+    return stats

@@ -1,0 +1,124 @@
+"""The consume loop against the real embedded broker and a real lake."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import threading
+import time
+
+from gangscope import config
+from pipeline import consume, lake
+from pipeline.publish import Publisher
+from tests.pipeline.helpers import dcgm_scrape, pod_event, start_pipeline
+
+
+def _publish(settings: config.Settings, events: range, scrapes: range = range(0)) -> dict[tuple[str, int], int]:
+    assert settings.kafka.bootstrap_servers
+    with Publisher(settings, settings.kafka.bootstrap_servers) as pub:
+        for i in events:
+            pub.publish(pod_event(i))
+        for i in scrapes:
+            pub.publish(dcgm_scrape(i))
+        assert pub.flush(60)
+        return pub.acked_offsets()
+
+
+def _counts(settings: config.Settings, con=None) -> tuple[int, int, int, int]:
+    own = con is None
+    con = con or lake.connect(settings, read_only=True)
+    try:
+        k = con.execute("SELECT count(*), count(DISTINCT uid) FROM raw.k8s_objects").fetchone()
+        m = con.execute("SELECT count(*), count(DISTINCT (labels->>'seq', metric, labels->>'gpu')) "
+                        "FROM raw.metric_samples").fetchone()
+        assert k and m
+        return k[0], k[1], m[0], m[1]
+    finally:
+        if own:
+            con.close()
+
+
+def test_restart_resumes_where_it_stopped_whatever_kafka_committed(settings: config.Settings) -> None:
+    bootstrap = settings.kafka.bootstrap_servers
+    assert bootstrap
+    _publish(settings, range(0, 150), range(0, 50))
+    first = consume.run(settings, bootstrap, once=True)
+    assert (first.k8s_rows, first.scrapes, first.samples, first.dead) == (150, 50, 200, 0)
+    acked = _publish(settings, range(150, 250), range(50, 60))
+    # Another group has no Kafka-committed offsets at all: the lake's stored offsets decide.
+    settings.pipeline.group_id += "-other"
+    second = consume.run(settings, bootstrap, until=acked)
+    assert (second.k8s_rows, second.scrapes, second.skipped) == (100, 10, 0)
+    assert _counts(settings) == (250, 250, 240, 240)
+
+
+def test_until_returns_once_the_given_offsets_are_landed(settings: config.Settings) -> None:
+    bootstrap = settings.kafka.bootstrap_servers
+    assert bootstrap
+    acked = _publish(settings, range(40))
+    stop = threading.Event()
+    timer = threading.Timer(60, stop.set)  # safety net only
+    timer.start()
+    try:
+        stats = consume.run(settings, bootstrap, until=acked, stop=stop)
+    finally:
+        timer.cancel()
+    assert not stop.is_set() and stats.k8s_rows == 40
+    con = lake.connect(settings, read_only=True)
+    from pipeline.land import stored_offsets
+    stored = stored_offsets(con)
+    con.close()
+    assert all(stored[tp] >= off for tp, off in acked.items())
+
+
+def test_two_pipelines_in_one_group_split_partitions_and_land_each_record_once(settings: config.Settings) -> None:
+    _publish(settings, range(1200), range(300))
+    procs = [start_pipeline(settings, "--once", batch_records=40) for _ in range(2)]
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        outs.append(out.decode())
+        assert p.returncode == 0, out.decode()[-2000:]
+    assert _counts(settings) == (1200, 1200, 1200, 1200)
+    # Both members held a share of the 8 partitions at some point.
+    for out in outs:
+        shares = [int(n) for n in re.findall(r"assigned (\d+) partition", out)]
+        assert shares and min(shares) < 8, out[-2000:]
+
+
+def test_analyst_reads_while_the_pipeline_writes_and_sigterm_lands_the_batch(settings: config.Settings) -> None:
+    lake.connect(settings).close()  # the lake exists before the analyst's first look
+    analyst = lake.connect(settings, read_only=True)  # a second process's read-only view, kept open
+    proc = start_pipeline(settings, batch_records=10)
+    try:
+        seen = []
+        _publish(settings, range(0, 200))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            seen.append(_counts(settings, analyst)[0])  # read-only, mid-ingest
+            if seen[-1] == 200:
+                break
+            time.sleep(0.1)
+        assert seen[-1] == 200
+        assert any(0 < n < 200 for n in seen), seen  # read while batches were still landing
+        _publish(settings, range(200, 260))
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            raise AssertionError(proc.communicate()[0].decode()[-3000:]) from None
+        assert proc.returncode == 0, out.decode()[-2000:]
+    finally:
+        analyst.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    k, kd, _, _ = _counts(settings)
+    assert k == kd and k >= 200
+    # Whatever was not landed before SIGTERM lands on the next run, once.
+    assert settings.kafka.bootstrap_servers
+    consume.run(settings, settings.kafka.bootstrap_servers, once=True)
+    assert _counts(settings)[:2] == (260, 260)

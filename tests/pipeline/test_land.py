@@ -1,0 +1,188 @@
+"""Decoding and landing against a real DuckLake lake (no broker needed)."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+
+import pytest
+
+from gangscope import config
+from gangscope.records import K8sEvent, ScrapeBatch
+from pipeline import lake
+from pipeline.land import land, stored_offsets
+from tests.pipeline.helpers import dcgm_scrape, pod_event
+
+K, M = "gs.k8s", "gs.metrics"
+
+
+@pytest.fixture
+def con(offline_settings: config.Settings):
+    c = lake.connect(offline_settings)
+    yield c
+    c.close()
+
+
+def test_values_timestamps_and_labels_round_trip_exactly(con) -> None:
+    b = ScrapeBatch("c1", "http://n1:9400/metrics", "dcgm", "n1:9400", 1_767_000_000_123, up=True, duration_s=0.25)
+    labels = {"gpu": "0", "Hostname": "n1", "weird": 'quote " back \\ slash, ünïcode, {brace}=', "empty": ""}
+    s0 = b.add_series("DCGM_FI_DEV_GPU_UTIL", labels)
+    s1 = b.add_series("node_infiniband_port_data_received_bytes_total", {"kubernetes_node": "n2", "port": "1"})
+    s2 = b.add_series("no_node_metric", {"instance": "10.0.0.1:9100"})
+    values = [(s0, 42.5, None), (s0, math.nan, 1_767_000_000_999), (s1, math.inf, None), (s1, -math.inf, None),
+              (s2, None, None), (s2, 4294967295.0, 1), (s0, -0.0, None), (s1, 1.7976931348623157e308, None)]
+    for s, v, t in values:
+        b.add_sample(s, v, t)
+    stats = land(con, [(M, 0, 0, b.to_bytes())])
+    assert (stats.samples, stats.scrapes, stats.dead) == (8, 1, 0)
+    rows = con.execute("SELECT ts, metric, labels, value, node, target, job, instance, kafka_offset "
+                       "FROM raw.metric_samples ORDER BY rowid").fetchall()
+    assert len(rows) == 8
+    names = [b.series_metric[s] for s, _, _ in values]
+    assert [r[1] for r in rows] == names
+    assert json.loads(rows[0][2]) == labels
+    for r, (s, v, t) in zip(rows, values, strict=True):
+        assert json.loads(r[2]) == b.series_labels[s]
+        want_ms = 1_767_000_000_123 if t is None else t
+        assert int(r[0].timestamp() * 1000) == want_ms
+        if v is None:
+            assert r[3] is None
+        elif math.isnan(v):
+            assert math.isnan(r[3])
+        else:
+            assert r[3] == v and math.copysign(1, r[3]) == math.copysign(1, v)
+    assert [r[4] for r in rows] == ["n1", "n1", "n2", "n2", None, None, "n1", "n2"]
+    assert {r[5:8] for r in rows} == {("http://n1:9400/metrics", "dcgm", "n1:9400")}
+    assert con.execute("SELECT up, duration_s, samples, epoch_ms(scraped_at) FROM raw.scrapes").fetchall() == [
+        (True, 0.25, 8, 1_767_000_000_123)]
+
+
+def test_k8s_event_rows_keep_the_object_exactly(con) -> None:
+    obj = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+           "metadata": {"name": "job-a", "namespace": "team", "uid": "u-1", "resourceVersion": "77"},
+           "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                                      "message": "couldn't assign flavors: insufficient unused quota \"gpu\""}],
+                      "f": 0.30000000000000004, "big": 9007199254740993}}
+    seen = datetime(2026, 3, 1, 12, 0, 1, 250000, tzinfo=UTC)
+    recs = [(K, 2, 10, K8sEvent("c1", "ADDED", seen, obj).to_bytes()),
+            (K, 2, 11, K8sEvent("c1", "RELIST_BEGIN", seen, api_version="v1", kind="Pod").to_bytes()),
+            (K, 2, 12, K8sEvent("c1", "RELIST_END", seen, api_version="v1", kind="Pod",
+                                resource_version="9").to_bytes())]
+    stats = land(con, recs)
+    assert (stats.k8s_rows, stats.dead) == (3, 0)
+    rows = con.execute("SELECT cluster, observed_at, event_type, api_version, kind, namespace, name, uid, "
+                       "resource_version, object, kafka_partition, kafka_offset FROM raw.k8s_objects "
+                       "ORDER BY kafka_offset").fetchall()
+    assert rows[0][:9] == ("c1", seen, "ADDED", "kueue.x-k8s.io/v1beta2", "Workload", "team", "job-a", "u-1", "77")
+    assert json.loads(rows[0][9]) == obj
+    assert rows[0][10:] == (2, 10)
+    assert rows[1][2:5] == ("RELIST_BEGIN", "v1", "Pod") and rows[1][9] is None
+    assert rows[2][2] == "RELIST_END" and rows[2][8] == "9"
+
+
+def test_bad_records_become_dead_letters_and_good_ones_around_them_land(con) -> None:
+    good = pod_event(1).to_bytes()
+    wrong_v = good.replace(b'"v":1', b'"v":7')
+    unknown_kind = good.replace(b'"kind":"k8s"', b'"kind":"telepathy"')
+    bad_type = good.replace(b'"type":"MODIFIED"', b'"type":"BOOKMARK"')
+    sc = dcgm_scrape(3)
+    uneven = json.loads(sc.to_bytes())
+    uneven["x"] = uneven["x"][:-1]
+    short_dt = dict(uneven, s=[0, 1, 2], dt=[0, 5])
+    bad_series = dict(uneven, s=[0, 1, 9], dt=[])
+    batch = [
+        (K, 0, 0, pod_event(0).to_bytes()), (K, 0, 1, b'{"v":1,"kind":"k8s",'), (K, 0, 2, wrong_v),
+        (K, 0, 3, unknown_kind), (K, 0, 4, bad_type), (K, 0, 5, b""), (K, 0, 6, pod_event(2).to_bytes()),
+        (K, 0, 7, b"[1,2,3]"), (K, 0, 8, b'{"v":"one"}'), (K, 0, 9, b"\xff\xfe"),
+        (M, 1, 0, dcgm_scrape(1).to_bytes()), (M, 1, 1, json.dumps(uneven).encode()),
+        (M, 1, 2, pod_event(5).to_bytes()), (M, 1, 3, dcgm_scrape(2).to_bytes()),
+        (M, 1, 4, json.dumps(short_dt).encode()), (M, 1, 5, json.dumps(bad_series).encode()),
+        ("someone.else", 0, 0, b"{}"),
+    ]
+    stats = land(con, batch)
+    assert stats.k8s_rows == 2 and stats.scrapes == 2 and stats.samples == 8
+    dead = con.execute('SELECT topic, "partition", "offset", reason, payload FROM raw.dead_letters '
+                       'ORDER BY topic, "offset"').fetchall()
+    reasons = {(t, o): r for t, _, o, r, _ in dead}
+    assert reasons[(K, 1)].startswith("malformed JSON")
+    assert reasons[(K, 2)] == "unsupported envelope version v=7 (this pipeline reads v=1)"
+    assert reasons[(K, 3)] == "unknown record kind 'telepathy' on a k8s topic"
+    assert reasons[(K, 4)] == "unknown watch event type 'BOOKMARK'"
+    assert reasons[(K, 5)] == "empty record"
+    assert "expected a JSON object" in reasons[(K, 7)]
+    assert reasons[(K, 8)].startswith("malformed record")
+    assert reasons[(K, 9)].startswith("malformed JSON")
+    assert reasons[(M, 1)] == "one value per series expected, got x=3 for 4 series"
+    assert reasons[(M, 4)] == "sample columns differ in length (s=3 dt=2 x=3)"
+    assert reasons[(M, 5)] == "a sample refers to a series that does not exist (series=4)"
+    assert reasons[(M, 2)] == "unknown record kind 'k8s' on a scrape topic"
+    assert reasons[("someone.else", 0)].startswith("unknown topic")
+    assert len(dead) == 13
+    assert {p for t, _, o, _, p in dead if (t, o) == (K, 2)} == {wrong_v}  # raw bytes kept
+    assert sorted(r[0] for r in con.execute("SELECT uid FROM raw.k8s_objects").fetchall()) == [
+        "uid-000000", "uid-000002"]
+    # offsets advance past dead letters too
+    assert stored_offsets(con)[(K, 0)] == 10 and stored_offsets(con)[(M, 1)] == 6
+
+
+def test_a_batch_landed_twice_lands_once(con) -> None:
+    batch = [(K, 0, i, pod_event(i).to_bytes()) for i in range(10)]
+    assert land(con, batch).k8s_rows == 10
+    again = land(con, batch[5:] + [(K, 0, 10, pod_event(10).to_bytes())])
+    assert (again.k8s_rows, again.skipped) == (1, 5)
+    assert con.execute("SELECT count(*), count(DISTINCT uid) FROM raw.k8s_objects").fetchone() == (11, 11)
+
+
+def test_offsets_of_another_topic_incarnation_are_ignored(con) -> None:
+    land(con, [(K, 0, i, pod_event(i).to_bytes()) for i in range(5)], topic_ids={K: "id-old"})
+    assert stored_offsets(con, {K: "id-old"}) == {(K, 0): 5}
+    assert stored_offsets(con, {K: "id-new"}) == {}
+    # A fresh broker (new topic id) starts at offset 0 again: those records are new, not duplicates.
+    stats = land(con, [(K, 0, i, pod_event(100 + i).to_bytes()) for i in range(3)], topic_ids={K: "id-new"})
+    assert stats.k8s_rows == 3 and stats.skipped == 0
+
+
+def test_compaction_merges_small_files_and_keeps_every_row(con) -> None:
+    from datetime import timedelta
+
+    from pipeline.compaction import compact
+
+    for b in range(6):
+        land(con, [(M, 0, b * 20 + i, dcgm_scrape(b * 20 + i).to_bytes()) for i in range(20)])
+    before = con.execute("SELECT count(*) FROM ducklake_list_files('lake', 'metric_samples', schema => 'raw')"
+                         ).fetchone()
+    q = "SELECT kafka_offset, metric, labels, value FROM raw.metric_samples ORDER BY ALL"
+    rows = con.execute(q).fetchall()
+    stats = compact(con, keep=timedelta(0))
+    after = con.execute("SELECT count(*) FROM ducklake_list_files('lake', 'metric_samples', schema => 'raw')"
+                        ).fetchone()
+    assert before and after and before[0] == 6 and after[0] == 1
+    assert stats.merged_files >= 6 and stats.deleted_files >= 6
+    assert con.execute(q).fetchall() == rows
+    # the pipeline goes on landing after compaction
+    land(con, [(M, 0, 120, dcgm_scrape(120).to_bytes())])
+    assert con.execute("SELECT count(*) FROM raw.metric_samples").fetchone() == (len(rows) + 4,)
+
+
+def test_compact_common_case_one_sample_per_series_at_scrape_time(con) -> None:
+    b = dcgm_scrape(7, gpus=3)
+    wire = json.loads(b.to_bytes())
+    assert wire["s"] == [] and wire["dt"] == []  # the compact form is what travels
+    assert len(wire["ls"]) == 3 and len(wire["mn"]) == 2  # each label set and name once
+    land(con, [(M, 0, 0, b.to_bytes())])
+    rows = con.execute("SELECT epoch_ms(ts), metric, labels, value, node FROM raw.metric_samples").fetchall()
+    want = sorted((b.scraped_at_ms, b.series_metric[s], json.dumps(b.series_labels[s], sort_keys=True), v,
+                   "gpu-node-3") for s, v in zip(b.sample_series, b.sample_value, strict=True))
+    got = sorted((t, m, json.dumps(json.loads(lbl), sort_keys=True), v, n) for t, m, lbl, v, n in rows)
+    assert got == want
+
+
+def test_a_failed_scrape_lands_its_health_row_and_no_samples(con) -> None:
+    down = ScrapeBatch("c1", "http://n9:9400/metrics", "dcgm", "n9:9400", 1_767_000_000_000, up=False,
+                       duration_s=5.0, error="HTTP 503")
+    stats = land(con, [(M, 3, 0, down.to_bytes())])
+    assert (stats.scrapes, stats.samples, stats.dead) == (1, 0, 0)
+    assert con.execute("SELECT up, samples, error, target FROM raw.scrapes").fetchall() == [
+        (False, 0, "HTTP 503", "http://n9:9400/metrics")]
+    assert con.execute("SELECT count(*) FROM raw.metric_samples").fetchone() == (0,)

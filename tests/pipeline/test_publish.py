@@ -1,0 +1,145 @@
+"""Publisher against the real embedded broker: delivery, order, outages, the bound."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from gangscope import config
+from gangscope.records import K8sEvent, ScrapeBatch
+from pipeline import kafka as pkafka
+from pipeline.broker import EmbeddedBroker, free_port
+from pipeline.publish import Publisher
+
+
+def _event(i: int, name: str = "p") -> K8sEvent:
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": "ns", "name": f"{name}{i % 3}"},
+           "seq": i}
+    return K8sEvent("c", "MODIFIED", datetime(2026, 1, 1, tzinfo=UTC), obj)
+
+
+def _scrape(i: int) -> ScrapeBatch:
+    b = ScrapeBatch("c", f"http://n{i % 2}:9400/metrics", "dcgm", f"n{i % 2}:9400", 1_700_000_000_000 + i)
+    s = b.add_series("DCGM_FI_DEV_GPU_UTIL", {"gpu": "0", "seq": str(i)})
+    b.add_sample(s, float(i))
+    return b
+
+
+def _read_all(settings: config.Settings, bootstrap: str, expect: int, timeout_s: float = 20) -> list:
+    c = pkafka.consumer(settings, bootstrap, group_id=None)
+    c.subscribe(list(pkafka.topics(settings).values()))
+    out: list = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for recs in c.poll(500).values():
+            out.extend(recs)
+        if len(out) >= expect:
+            # a little longer to catch duplicates
+            for recs in c.poll(1000).values():
+                out.extend(recs)
+            break
+    c.close()
+    return out
+
+
+def _settings_for(tmp_path, bootstrap: str) -> config.Settings:
+    return config.load(overrides={"data": str(tmp_path / "d"), "kafka": {
+        "bootstrap_servers": bootstrap, "topic_prefix": f"p{uuid.uuid4().hex[:6]}.", "partitions": 2}}, environ={})
+
+
+def test_publish_delivers_both_kinds_with_keys_and_offsets(settings: config.Settings) -> None:
+    bootstrap = settings.kafka.bootstrap_servers
+    assert bootstrap
+    with Publisher(settings, bootstrap) as pub:
+        for i in range(30):
+            pub.publish(_event(i))
+            pub.publish(_scrape(i))
+        assert pub.flush(30)
+        assert pub.published == 60 and pub.dropped == 0 and pub.buffered == 0
+        acked = pub.acked_offsets()
+    recs = _read_all(settings, bootstrap, 60)
+    assert len(recs) == 60
+    topics = pkafka.topics(settings)
+    assert {r.topic for r in recs} == set(topics.values())
+    for r in recs:
+        if r.topic == topics["k8s"]:
+            assert r.key.startswith(b"v1/Pod/ns/p")
+        else:
+            assert r.key.startswith(b"http://n")
+    # acked offsets: per partition, last offset + 1
+    last: dict[tuple[str, int], int] = {}
+    for r in recs:
+        last[(r.topic, r.partition)] = max(last.get((r.topic, r.partition), 0), r.offset + 1)
+    assert acked == last
+    # per-key order
+    by_key: dict[bytes, list[int]] = {}
+    for r in sorted(recs, key=lambda r: (r.topic, r.partition, r.offset)):
+        if r.topic == topics["k8s"]:
+            by_key.setdefault(r.key, []).append(int(r.value.split(b'"seq":')[1].split(b"}")[0]))
+    for seqs in by_key.values():
+        assert seqs == sorted(seqs)
+
+
+def test_publish_rejects_non_records(settings: config.Settings) -> None:
+    assert settings.kafka.bootstrap_servers
+    with Publisher(settings, settings.kafka.bootstrap_servers) as pub, pytest.raises(TypeError):
+        pub.publish({"not": "a record"})  # type: ignore[arg-type]
+
+
+def test_broker_down_for_a_while_nothing_lost_under_bound(tmp_path) -> None:
+    port = free_port()
+    b = EmbeddedBroker(port).start()
+    settings = _settings_for(tmp_path, b.bootstrap)
+    pub = Publisher(settings, b.bootstrap, max_buffered=1000)
+    try:
+        pub.publish(_event(-1))
+        assert pub.flush(30)
+        b.stop()
+        for i in range(200):
+            pub.publish(_event(i))
+        time.sleep(1.0)
+        assert pub.buffered > 0  # waiting, not lost, not raised
+        # The in-memory broker comes back empty: the publisher must recreate the topics.
+        b = EmbeddedBroker(port).start()
+        assert pub.flush(90), f"still buffered: {pub.buffered}"
+        assert pub.dropped == 0
+        recs = _read_all(settings, b.bootstrap, 200)
+        seqs = [int(r.value.split(b'"seq":')[1].split(b"}")[0]) for r in recs]
+        assert sorted(seqs) == list(range(200))  # all once (the pre-outage record went with the old broker)
+        by_key: dict[bytes, list[int]] = {}
+        for r, s in sorted(zip(recs, seqs, strict=True), key=lambda x: (x[0].partition, x[0].offset)):
+            by_key.setdefault(r.key, []).append(s)
+        for ks in by_key.values():
+            assert ks == sorted(ks)
+    finally:
+        pub.close(5)
+        b.stop()
+
+
+def test_bound_drops_oldest_and_logs_count(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    port = free_port()
+    settings = _settings_for(tmp_path, f"127.0.0.1:{port}")
+    caplog.set_level(logging.WARNING, logger="pipeline.publish")
+    pub = Publisher(settings, f"127.0.0.1:{port}", max_buffered=10)
+    pub.drop_log_interval_s = 0.0
+    b = None
+    try:
+        for i in range(25):
+            pub.publish(_event(i, name="q"))
+        assert pub.dropped == 15
+        assert pub.buffered == 10
+        logged = [m for r in caplog.records if "dropped" in (m := r.getMessage())]
+        assert logged and logged[-1].endswith("15 in total")
+        b = EmbeddedBroker(port).start()
+        assert pub.flush(90)
+        recs = _read_all(settings, b.bootstrap, 10)
+        seqs = sorted(int(r.value.split(b'"seq":')[1].split(b"}")[0]) for r in recs)
+        assert seqs == list(range(15, 25))  # the newest ten, each once
+    finally:
+        pub.close(5)
+        if b:
+            b.stop()
