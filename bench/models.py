@@ -1,0 +1,135 @@
+"""Model build benchmark: a full build over N hours of an M-node cluster at 15 s, a rebuild after one more
+minute of data, and a diagnose (staleness check + reading marts.findings). Ends with
+``models: build_s=<s> rebuild_s=<s> diagnose_s=<s>`` (targets at 128 nodes x 6 h on 2 cores: < 60, < 10, < 3).
+
+Kubernetes objects come from the simulator (``mixed`` scenario timeline, landed through pipeline.land).
+Metric samples are generated inside DuckDB with the simulator's exporter shapes (dcgm-exporter: 21 fields per
+GPU with Hostname/gpu/UUID labels and pod labels on allocated GPUs; node_exporter InfiniBand: 9 fields per
+port; training throughput per job), because writing ~36 M samples to a text file and parsing it back
+would benchmark the parser, not the models. Figures are noisy on a shared machine: compare runs, not absolutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gangscope import config  # noqa: E402
+
+DCGM = ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES")
+IB = ("node_infiniband_state_id", "node_infiniband_physical_state_id", "node_infiniband_rate_bytes_per_second",
+      "node_infiniband_port_data_received_bytes_total", "node_infiniband_port_data_transmitted_bytes_total",
+      "node_infiniband_symbol_error_total", "node_infiniband_link_error_recovery_total",
+      "node_infiniband_link_downed_total", "node_infiniband_port_transmit_wait_total")
+
+
+def _k8s(settings: config.Settings, work: Path, nodes: int, hours: float) -> None:
+    import random
+
+    from bench.evaluate import land_files
+    from collectors.simulate import DEFAULT_START, cluster, scenarios, timeline
+
+    clu = cluster.build(nodes, random.Random("1:cluster"))
+    scn = scenarios.build("mixed", clu, 1, hours * 3600.0)
+    path = work / "k8s.jsonl"
+    timeline.build(scn, DEFAULT_START).write(path)
+    land_files(settings, [str(path)], [])
+
+
+def _samples(con, nodes: int, t_from: int, t_to: int, interval: float = 15.0) -> int:
+    """Insert scrape rounds [t_from, t_to) for every node: DCGM per GPU, IB per port, throughput per pod."""
+    dcgm = ", ".join(f"('{m}')" for m in DCGM)
+    ib = ", ".join(f"('{m}')" for m in IB)
+    start = "TIMESTAMPTZ '2026-11-01 00:00:00+00'"
+    con.execute(f"""
+        INSERT INTO raw.metric_samples
+        SELECT 'default', {start} + to_seconds(t.i * {interval} + n.i % 7), m.metric,
+               json_object('gpu', g.i::VARCHAR, 'UUID', 'GPU-' || n.i || '-' || g.i,
+                           'Hostname', printf('gpu-node-%03d', n.i + 1), 'modelName', 'NVIDIA H100 80GB HBM3',
+                           'pod', CASE WHEN n.i % 4 <> 3 THEN printf('job-%03d-worker-0', n.i // 2) END,
+                           'namespace', CASE WHEN n.i % 4 <> 3 THEN 'ml-platform' END)::JSON,
+               CASE WHEN m.metric = 'DCGM_FI_DEV_XID_ERRORS' THEN 0
+                    WHEN m.metric LIKE '%COUNT_TOTAL' OR m.metric LIKE '%DBE%' OR m.metric LIKE '%REPLAY%' THEN 0
+                    WHEN m.metric = 'DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL' THEN 200000 + (t.i * 7 + g.i) % 1000
+                    ELSE 50 + (t.i + g.i) % 40 END,
+               printf('gpu-node-%03d', n.i + 1), printf('http://gpu-node-%03d:9400/metrics', n.i + 1),
+               'dcgm-exporter', printf('gpu-node-%03d:9400', n.i + 1), 0, 0
+        FROM range({t_from}, {t_to}) t(i), range({nodes}) n(i), range(8) g(i), (VALUES {dcgm}) m(metric)
+    """)
+    con.execute(f"""
+        INSERT INTO raw.metric_samples
+        SELECT 'default', {start} + to_seconds(t.i * {interval} + 3 + n.i % 5), m.metric,
+               json_object('device', 'mlx5_' || d.i, 'port', '1',
+                           'instance', printf('gpu-node-%03d:9100', n.i + 1))::JSON,
+               CASE WHEN m.metric = 'node_infiniband_state_id' THEN 4
+                    WHEN m.metric = 'node_infiniband_physical_state_id' THEN 5
+                    WHEN m.metric LIKE '%data_%' THEN (t.i * 2.5e10 * {interval})::DOUBLE ELSE 0 END,
+               printf('gpu-node-%03d', n.i + 1), printf('http://gpu-node-%03d:9100/metrics', n.i + 1),
+               'node-exporter', printf('gpu-node-%03d:9100', n.i + 1), 0, 0
+        FROM range({t_from}, {t_to}) t(i), range({nodes}) n(i), range(4) d(i), (VALUES {ib}) m(metric)
+    """)
+    con.execute(f"""
+        INSERT INTO raw.metric_samples
+        SELECT 'default', {start} + to_seconds(t.i * {interval} + 1), 'train_tokens_per_second',
+               json_object('pod', printf('job-%03d-worker-0', j.i), 'namespace', 'ml-platform')::JSON,
+               100000 + (t.i * 13) % 500, NULL, 'http://training/metrics', 'training', 'training:8000', 0, 0
+        FROM range({t_from}, {t_to}) t(i), range({nodes // 2}) j(i)
+    """)
+    return (t_to - t_from) * (nodes * (8 * len(DCGM) + 4 * len(IB)) + nodes // 2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=128)
+    ap.add_argument("--hours", type=float, default=6.0)
+    ap.add_argument("--keep", metavar="DIR", help="keep the lake in DIR")
+    args = ap.parse_args(argv)
+    from pipeline import lake, models
+    from reports import diagnose
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(args.keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        settings = config.load(overrides={"data": str(work / "data")}, environ={})
+        _k8s(settings, work, args.nodes, args.hours)
+        ticks = int(args.hours * 240)
+        con = lake.connect(settings)
+        t = time.perf_counter()
+        n = _samples(con, args.nodes, 0, ticks)
+        print(f"generated {n:,} samples in {time.perf_counter() - t:.1f}s", flush=True)
+        t = time.perf_counter()
+        full = models.build(settings, con)
+        build_s = time.perf_counter() - t
+        slow = sorted(full.per_model_s.items(), key=lambda kv: -kv[1])[:5]
+        print("slowest models: " + ", ".join(f"{k} {v:.1f}s" for k, v in slow), flush=True)
+        _samples(con, args.nodes, ticks, ticks + 4)  # one more minute
+        t = time.perf_counter()
+        re = models.build(settings, con, only_stale=True)
+        rebuild_s = time.perf_counter() - t
+        print(f"rebuild: {re.models} models, incremental: {', '.join(re.incremental)}", flush=True)
+        con.close()
+        t = time.perf_counter()
+        con = lake.connect(settings)
+        models.build(settings, con, only_stale=True)
+        rows = diagnose.findings(con, include_healthy=True)
+        diagnose.to_table(rows)
+        diagnose_s = time.perf_counter() - t
+        con.close()
+        print(f"findings: {len(rows)}")
+    print(f"models: build_s={build_s:.1f} rebuild_s={rebuild_s:.1f} diagnose_s={diagnose_s:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

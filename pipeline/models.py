@@ -1,0 +1,320 @@
+"""The model runner: builds the plain-SQL models in ``sql/<layer>/<table>.sql`` into the lake.
+
+Why a runner at all: the build order comes from the models' own references (parsed with
+sqlglot), thresholds reach the SQL as DuckDB variables (``getvariable('name')``), heavy
+models over append-only inputs are built incrementally, and ``diagnose`` needs to know
+whether anything landed since the last build (staleness).
+
+Header comments a model may carry (first lines of the file):
+``-- materialized: table|view|incremental`` (default table) and, for incremental models,
+``-- watermark: <column>``, optional ``-- watermark_from: <schema.table.column>`` (the input
+column it reads up to) and ``-- lookback_s: <seconds>``. An incremental model filters its input
+with ``ts > getvariable('watermark')``; the runner sets that variable to the input's high-water
+mark of the last build minus the lookback, deletes the model's rows after it and inserts the
+fresh ones, so one more minute of data never rebuilds the whole day. A whole build is one
+transaction. See docs/models.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from gangscope.config import Settings
+from gangscope.errors import UserError
+from pipeline import lake
+
+log = logging.getLogger(__name__)
+logging.getLogger("sqlglot").setLevel(logging.WARNING)  # it logs every dialect quirk at INFO
+
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+LAYERS = ("staging", "intermediate", "marts")
+SOURCE_SCHEMAS = ("raw",)
+STATE_TABLE = "staging._model_builds"
+_HEADER = re.compile(r"^--\s*(materialized|watermark|watermark_from|lookback_s)\s*:\s*(\S+)\s*$", re.M)
+WATERMARKS = "staging._model_watermarks"
+
+
+@dataclass
+class Model:
+    layer: str
+    name: str
+    path: Path
+    sql: str
+    materialized: str = "table"
+    watermark: str | None = None
+    watermark_from: str | None = None  # schema.table.column of the input the model reads up to
+    lookback_s: float = 0.0
+    refs: set[str] = field(default_factory=set)
+
+    @property
+    def table(self) -> str:
+        return f"{self.layer}.{self.name}"
+
+
+@dataclass
+class BuildStats:
+    models: int = 0
+    seconds: float = 0.0
+    per_model_s: dict[str, float] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+    incremental: list[str] = field(default_factory=list)
+
+
+def _refs(sql: str, path: Path) -> set[str]:
+    """Every ``schema.table`` this SELECT reads (CTE names excluded)."""
+    try:
+        trees = sqlglot.parse(sql, read="duckdb")
+    except sqlglot.errors.ParseError as e:
+        raise UserError(f"model {path}: SQL does not parse: {str(e).splitlines()[0]}") from None
+    out: set[str] = set()
+    for tree in trees:
+        if tree is None:
+            continue
+        for t in tree.find_all(exp.Table):
+            if t.db:
+                out.add(f"{t.db}.{t.name}".lower())
+    return out
+
+
+def discover(sql_dir: Path = SQL_DIR) -> dict[str, Model]:
+    """The models under ``sql_dir``, keyed by ``layer.table``."""
+    models: dict[str, Model] = {}
+    for layer in LAYERS:
+        for path in sorted((sql_dir / layer).glob("*.sql")):
+            sql = path.read_text()
+            header = dict(_HEADER.findall(sql))
+            mat = header.get("materialized", "table")
+            if mat not in ("table", "view", "incremental"):
+                raise UserError(f"model {path}: unknown materialization {mat!r} (table, view, incremental)")
+            if mat == "incremental" and "watermark" not in header:
+                raise UserError(f"model {path}: incremental models need a '-- watermark: <column>' line")
+            body = sql.strip().rstrip(";")
+            m = Model(layer, path.stem, path, body, mat, header.get("watermark"), header.get("watermark_from"),
+                      float(header.get("lookback_s", 0)), _refs(body, path))
+            models[m.table] = m
+    return models
+
+
+def order(models: dict[str, Model]) -> list[Model]:
+    """Models sorted so that each comes after the models it reads; cycles and unknown refs are errors."""
+    for m in models.values():
+        for r in sorted(m.refs):
+            if r.split(".")[0] in LAYERS and r not in models:
+                raise UserError(f"model {m.table} ({m.path}) reads {r}, which is no model in sql/")
+            if r.split(".")[0] not in LAYERS + SOURCE_SCHEMAS:
+                raise UserError(f"model {m.table} ({m.path}) reads {r}: only raw.* and model tables are allowed")
+    done: list[Model] = []
+    state: dict[str, int] = {}
+
+    def visit(name: str, stack: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            raise UserError("models reference each other in a cycle: " + " -> ".join(stack + [name]))
+        state[name] = 1
+        for r in sorted(models[name].refs):
+            if r in models and r != name:
+                visit(r, stack + [name])
+        state[name] = 2
+        done.append(models[name])
+
+    for name in sorted(models):
+        visit(name, [])
+    return done
+
+
+def sql_variables(settings: Settings) -> dict[str, object]:
+    """Variables the models read with ``getvariable``: thresholds, plus the metrics signal map."""
+    out: dict[str, object] = {f.name: getattr(settings.thresholds, f.name)
+                              for f in dataclasses.fields(settings.thresholds)}
+    try:
+        signals = importlib.import_module("collectors.metrics.signals")
+    except ImportError:
+        signals = None
+    if signals is not None and hasattr(signals, "sql_variables"):
+        out.update(signals.sql_variables(settings))
+    return out
+
+
+def set_variables(con: duckdb.DuckDBPyConnection, variables: dict[str, object]) -> None:
+    for name, value in variables.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise UserError(f"SQL variable name {name!r} is not an identifier")
+        con.execute(f"SET VARIABLE {name} = ?", [value])
+
+
+def source_state(con: duckdb.DuckDBPyConnection) -> str:
+    """A fingerprint of the raw inputs: changes when anything lands in raw.*."""
+    row = con.execute(
+        "SELECT (SELECT count(*) FROM raw.k8s_objects), (SELECT max(observed_at) FROM raw.k8s_objects),"
+        " (SELECT count(*) FROM raw.metric_samples), (SELECT max(ts) FROM raw.metric_samples),"
+        " (SELECT count(*) FROM raw.scrapes)"
+    ).fetchone()
+    return "|".join(str(v) for v in row or ())
+
+
+def _existing(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """``schema.name`` -> TABLE or VIEW for every object in the lake (one catalog query, not one per model)."""
+    rows = con.execute(
+        "SELECT schema_name || '.' || table_name, 'TABLE' FROM duckdb_tables() WHERE database_name = ? "
+        "UNION ALL SELECT schema_name || '.' || view_name, 'VIEW' FROM duckdb_views() WHERE database_name = ?",
+        [lake.ALIAS, lake.ALIAS]).fetchall()
+    return dict(rows)
+
+
+def definitions(settings: Settings, sql_dir: Path = SQL_DIR) -> str:
+    """A hash of what the models compute with: every model's SQL and every variable (thresholds)."""
+    h = hashlib.sha256()
+    for path in sorted(sql_dir.glob("*/*.sql")):
+        h.update(path.as_posix().encode() + b"\0" + path.read_bytes())
+    h.update(json.dumps(sql_variables(settings), sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def is_stale(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_dir: Path = SQL_DIR) -> bool:
+    """True when raw inputs, a model's SQL or a threshold changed since the last build, or a model is missing."""
+    own = con is None
+    con = con or lake.connect(settings)
+    try:
+        existing = _existing(con)
+        if STATE_TABLE not in existing:
+            return True
+        row = con.execute(f"SELECT source_state FROM {STATE_TABLE} ORDER BY built_at DESC LIMIT 1").fetchone()
+        if not row or row[0] != source_state(con) + "|" + definitions(settings, sql_dir):
+            return True
+        names = {f"{layer}.{p.stem}" for layer in LAYERS for p in (sql_dir / layer).glob("*.sql")}
+        return any(t not in existing for t in names)
+    finally:
+        if own:
+            con.close()
+
+
+def _replace(con: duckdb.DuckDBPyConnection, m: Model, kind: str, existing: dict[str, str]) -> None:
+    """CREATE OR REPLACE the model as a TABLE or VIEW, dropping an object of the other kind first."""
+    if existing.get(m.table, kind) != kind:
+        con.execute(f"DROP {existing[m.table]} {m.table}")
+    con.execute(f"CREATE OR REPLACE {kind} {m.table} AS {m.sql}")
+    existing[m.table] = kind
+
+
+def _input_high_water(con: duckdb.DuckDBPyConnection, m: Model) -> object:
+    """How far the model's input went at this build (its ``watermark_from`` column), else its own column."""
+    if m.watermark_from:
+        table, column = m.watermark_from.rsplit(".", 1)
+        return con.execute(f"SELECT max({column}) FROM {table}").fetchone()[0]
+    return con.execute(f"SELECT max({m.watermark}) FROM {m.table}").fetchone()[0]
+
+
+def _watermark(con: duckdb.DuckDBPyConnection, table: str, digest: str) -> tuple | None:
+    """The high-water mark kept for this model and SQL; the marks table is a cache, recreated when its shape is old."""
+    con.execute(f"CREATE TABLE IF NOT EXISTS {WATERMARKS} (model VARCHAR, high_water TIMESTAMPTZ, sql_hash VARCHAR)")
+    cols = {r[0] for r in con.execute(f"DESCRIBE {WATERMARKS}").fetchall()}
+    if "sql_hash" not in cols:
+        con.execute(f"DROP TABLE {WATERMARKS}")
+        con.execute(f"CREATE TABLE {WATERMARKS} (model VARCHAR, high_water TIMESTAMPTZ, sql_hash VARCHAR)")
+    return con.execute(f"SELECT max(high_water) FROM {WATERMARKS} WHERE model = ? AND sql_hash = ?",
+                       [table, digest]).fetchone()
+
+
+def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: dict[str, str]) -> bool:
+    """Build one model; returns True when it was an incremental append."""
+    if m.materialized == "view":
+        _replace(con, m, "VIEW", existing)
+        return False
+    if m.materialized == "incremental":
+        # The SQL's hash is kept with the mark: an edited model is rebuilt from scratch, not appended to.
+        digest = hashlib.sha256(m.sql.encode()).hexdigest()[:16]
+        row = _watermark(con, m.table, digest)
+        if not full and row and row[0] is not None and existing.get(m.table) == "TABLE":
+            since = con.execute("SELECT ?::TIMESTAMPTZ - to_seconds(?)", [row[0], m.lookback_s]).fetchone()[0]
+            con.execute("SET VARIABLE watermark = ?::TIMESTAMPTZ", [since])
+            con.execute(f"DELETE FROM {m.table} WHERE {m.watermark} > getvariable('watermark')")
+            con.execute(f"INSERT INTO {m.table} SELECT * FROM ({m.sql})")
+            inc = True
+        else:
+            con.execute("SET VARIABLE watermark = '-infinity'::TIMESTAMPTZ")
+            _replace(con, m, "TABLE", existing)
+            inc = False
+        con.execute(f"DELETE FROM {WATERMARKS} WHERE model = ?", [m.table])
+        con.execute(f"INSERT INTO {WATERMARKS} VALUES (?, ?, ?)", [m.table, _input_high_water(con, m), digest])
+        return inc
+    _replace(con, m, "TABLE", existing)
+    return False
+
+
+def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_dir: Path = SQL_DIR,
+          full: bool = False, only_stale: bool = False) -> BuildStats:
+    """Build every model in dependency order, in one transaction (readers see the old marts or the new).
+
+    ``full`` rebuilds incremental models from scratch. With ``only_stale`` nothing is built when raw
+    inputs have not changed since the last build (what ``diagnose`` does).
+    """
+    own = con is None
+    con = con or lake.connect(settings)
+    try:
+        plan = order(discover(sql_dir))
+        if only_stale and not is_stale(settings, con, sql_dir):
+            return BuildStats()
+        set_variables(con, sql_variables(settings))
+        defs = definitions(settings, sql_dir)
+        return lake.retry(lambda: _build_all(con, plan, full, defs), attempts=5)
+    finally:
+        if own:
+            con.close()
+
+
+def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, defs: str) -> BuildStats:
+    stats = BuildStats()
+    t0 = time.perf_counter()
+    con.execute("BEGIN TRANSACTION")
+    try:
+        state = source_state(con) + "|" + defs
+        existing = _existing(con)
+        for m in plan:
+            t = time.perf_counter()
+            try:
+                inc = _build_one(con, m, full, existing)
+            except duckdb.Error as e:
+                if lake.is_conflict(e):
+                    raise
+                raise UserError(f"model {m.table} ({m.path}) failed: {str(e).splitlines()[0]}") from None
+            stats.per_model_s[m.table] = time.perf_counter() - t
+            if inc:
+                stats.incremental.append(m.table)
+            stats.models += 1
+            log.debug("built %s in %.2fs", m.table, stats.per_model_s[m.table])
+        con.execute(f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (built_at TIMESTAMPTZ, source_state VARCHAR, "
+                    "models INTEGER, seconds DOUBLE)")
+        con.execute(f"DELETE FROM {STATE_TABLE}")
+        stats.seconds = time.perf_counter() - t0
+        con.execute(f"INSERT INTO {STATE_TABLE} VALUES (now(), ?, ?, ?)", [state, stats.models, stats.seconds])
+        con.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
+    stats.seconds = time.perf_counter() - t0
+    log.info("built %d models in %.1fs", stats.models, stats.seconds)
+    return stats
+
+
+def run_assertions(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> dict[str, int]:
+    """Run every ``sql/tests/*.sql`` (a SELECT returning offending rows); the offending row count per file."""
+    out: dict[str, int] = {}
+    for path in sorted((sql_dir / "tests").glob("*.sql")):
+        sql = path.read_text().strip().rstrip(";")
+        out[path.stem] = con.execute(f"SELECT count(*) FROM ({sql})").fetchone()[0]
+    return out

@@ -1,0 +1,54 @@
+-- Training throughput per job and time bucket, with the job's baseline (CONTRACT section 4): the median
+-- of earlier runs of the same job (samples before the current run's pods were created) when there are any,
+-- else the job's own median over its first steady window (baseline_start_s to baseline_end_s after all its
+-- pods run). Samples attach to a job through their pod, else through a job_name label in the namespace.
+-- column: cluster: identity
+-- column: namespace: identity
+-- column: job: identity
+-- column: ts: bucket start (bucket_s)
+-- column: value: job throughput in the bucket (sum over the job's reporting series of their mean)
+-- column: baseline: the job's baseline throughput
+-- column: baseline_source: earlier_runs or steady_window
+-- column: ratio: value / baseline
+-- column: judged: the bucket is in the current run and past its warm-up, so a dip counts
+-- column: dip: judged and ratio < throughput_ratio
+WITH per_series AS (
+    SELECT m.cluster, m.namespace, m.ts, m.value, coalesce(p.job, m.job_name) AS job
+    FROM intermediate.int_throughput_buckets m
+    LEFT JOIN intermediate.int_pod_jobs p ON p.cluster = m.cluster AND p.namespace = m.namespace AND p.pod = m.pod
+),
+b AS (
+    SELECT cluster, namespace, job, ts, sum(value) AS value FROM per_series WHERE job IS NOT NULL GROUP BY ALL
+),
+j AS (
+    SELECT b.cluster, b.namespace, b.job, min(b.ts) AS first_ts,
+           any_value(coalesce(j.run_started_at, '-infinity'::TIMESTAMPTZ)) AS run_start,
+           any_value(j.all_running_at) AS all_running_at
+    FROM b LEFT JOIN intermediate.int_jobs j USING (cluster, namespace, job)
+    GROUP BY ALL
+),
+origin AS (
+    SELECT j.*,
+           coalesce(j.all_running_at,
+                    (SELECT min(b2.ts) FROM b b2 WHERE b2.cluster = j.cluster AND b2.namespace = j.namespace
+                       AND b2.job = j.job AND b2.ts >= j.run_start)) AS origin
+    FROM j
+),
+base AS (
+    SELECT o.cluster, o.namespace, o.job, o.origin, o.run_start,
+           median(b.value) FILTER (WHERE b.ts < o.run_start) AS earlier,
+           count(*) FILTER (WHERE b.ts < o.run_start) AS earlier_n,
+           median(b.value) FILTER (WHERE b.ts >= o.origin + to_seconds(getvariable('baseline_start_s'))
+                                     AND b.ts < o.origin + to_seconds(getvariable('baseline_end_s'))) AS steady
+    FROM origin o JOIN b USING (cluster, namespace, job)
+    GROUP BY ALL
+)
+SELECT b.cluster, b.namespace, b.job, b.ts, b.value,
+       CASE WHEN x.earlier_n >= 3 THEN x.earlier ELSE x.steady END AS baseline,
+       CASE WHEN x.earlier_n >= 3 THEN 'earlier_runs' ELSE 'steady_window' END AS baseline_source,
+       b.value / nullif(CASE WHEN x.earlier_n >= 3 THEN x.earlier ELSE x.steady END, 0) AS ratio,
+       b.ts >= x.run_start AND b.ts >= x.origin + to_seconds(getvariable('baseline_start_s')) AS judged,
+       b.ts >= x.run_start AND b.ts >= x.origin + to_seconds(getvariable('baseline_start_s'))
+           AND b.value < getvariable('throughput_ratio') * CASE WHEN x.earlier_n >= 3 THEN x.earlier ELSE x.steady END
+           AS dip
+FROM b JOIN base x USING (cluster, namespace, job)

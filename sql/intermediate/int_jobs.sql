@@ -1,0 +1,110 @@
+-- One row per job (cluster, namespace, job): its Kueue Workload, gang object, size, pods, nodes and the
+-- time all gang members first ran. Jobs come from pods, from Kueue Workloads whose pods do not exist
+-- yet (suspended while queued) and from gang objects without pods.
+-- column: cluster: identity (CONTRACT section 2)
+-- column: namespace: identity (CONTRACT section 2)
+-- column: job: identity (CONTRACT section 2)
+-- column: job_kind: identity (CONTRACT section 2)
+-- column: workload: Kueue Workload (NULL without Kueue)
+-- column: cluster_queue: ClusterQueue that admitted it, else the one behind its LocalQueue (NULL without Kueue)
+-- column: local_queue: LocalQueue (NULL without Kueue)
+-- column: pod_group: gang object and its system (NULL without a gang)
+-- column: gang_system: gang object and its system (NULL without a gang)
+-- column: gang_size: PodGroup minMember / native minCount, else the Workload's pod count, else the pods seen
+-- column: schedule_timeout_s: coscheduling scheduleTimeoutSeconds (NULL elsewhere)
+-- column: pods: live (not deleted) pods, and those Running now
+-- column: pods_running: live (not deleted) pods, and those Running now
+-- column: gpus: GPUs requested by live pods
+-- column: nodes: distinct nodes of live pods
+-- column: created_at: earliest creation of the Workload, gang object or pods
+-- column: run_started_at: earliest creation of the live pods (start of the current run)
+-- column: all_running_at: when the gang_size-th live pod first ran (NULL until the gang is complete)
+-- column: first_seen: observation range
+-- column: last_seen: observation range
+-- column: required_topology: Kueue topology request (or native topology key)
+-- column: preferred_topology: Kueue topology request (or native topology key)
+-- column: state: queued, assembling, running, finished
+WITH wl AS (
+    SELECT w.cluster, w.namespace, coalesce(w.owner_name, w.name) AS job, coalesce(w.owner_kind, 'Workload') AS job_kind,
+           w.name AS workload, coalesce(w.cluster_queue, lq.cluster_queue) AS cluster_queue, w.queue_name, w.pod_count,
+           w.required_topology, w.preferred_topology, w.created_at, w.last_seen_at
+    FROM staging.stg_workloads w
+    LEFT JOIN staging.stg_local_queues lq ON lq.cluster = w.cluster AND lq.namespace = w.namespace AND lq.name = w.queue_name
+    QUALIFY row_number() OVER (PARTITION BY w.cluster, w.namespace, coalesce(w.owner_name, w.name)
+                               ORDER BY w.created_at DESC NULLS LAST) = 1
+),
+pg AS (
+    SELECT g.*, coalesce(CASE WHEN g.system = 'native' THEN nw.controller_name END, g.name) AS job,
+           coalesce(CASE WHEN g.system = 'native' THEN nw.controller_kind END, 'PodGroup') AS job_kind
+    FROM staging.stg_pod_groups g
+    LEFT JOIN staging.stg_native_workloads nw
+      ON g.system = 'native' AND nw.cluster = g.cluster AND nw.namespace = g.namespace AND nw.name = g.native_workload
+    QUALIFY row_number() OVER (PARTITION BY g.cluster, g.namespace, g.name ORDER BY nw.api_version DESC NULLS LAST) = 1
+),
+pods AS (
+    SELECT cluster, namespace, job,
+           arg_max(job_kind, created_at) AS job_kind,
+           max(workload) AS workload,
+           max(pod_group) AS pod_group,
+           max(pod_group_system) AS gang_system,
+           count(*) FILTER (WHERE NOT deleted) AS pods,
+           count(*) FILTER (WHERE NOT deleted AND phase = 'Running') AS pods_running,
+           count(*) FILTER (WHERE NOT deleted AND phase IN ('Succeeded', 'Failed')) AS pods_done,
+           coalesce(sum(gpus) FILTER (WHERE NOT deleted), 0) AS gpus,
+           list_sort(list(DISTINCT node) FILTER (WHERE NOT deleted AND node IS NOT NULL)) AS nodes,
+           list_sort(list(first_running_at) FILTER (WHERE NOT deleted AND first_running_at IS NOT NULL)) AS running_times,
+           min(created_at) AS pods_created_at,
+           min(created_at) FILTER (WHERE NOT deleted) AS run_started_at,
+           max(local_queue) AS local_queue,
+           min(least(created_at, last_seen_at)) AS first_seen,
+           max(last_seen_at) AS last_seen
+    FROM intermediate.int_pod_jobs p
+    LEFT JOIN (SELECT cluster, namespace, name AS pod, local_queue FROM staging.stg_pods) q USING (cluster, namespace, pod)
+    GROUP BY cluster, namespace, job
+),
+keys AS (
+    SELECT cluster, namespace, job FROM pods
+    UNION SELECT cluster, namespace, job FROM wl
+    UNION SELECT cluster, namespace, job FROM pg
+),
+j AS (
+    SELECT k.cluster, k.namespace, k.job,
+           coalesce(w.job_kind, p.job_kind, g.job_kind) AS job_kind,
+           coalesce(w.workload, p.workload) AS workload,
+           w.cluster_queue,
+           coalesce(w.queue_name, p.local_queue) AS local_queue,
+           coalesce(p.pod_group, g.name) AS pod_group,
+           coalesce(p.gang_system, g.system) AS gang_system,
+           CAST(coalesce(g.min_member, w.pod_count, p.pods, 0) AS INTEGER) AS gang_size,
+           g.schedule_timeout_s,
+           coalesce(p.pods, 0) AS pods,
+           coalesce(p.pods_running, 0) AS pods_running,
+           coalesce(p.pods_done, 0) AS pods_done,
+           coalesce(p.gpus, 0) AS gpus,
+           coalesce(p.nodes, []) AS nodes,
+           p.running_times,
+           least(w.created_at, g.created_at, p.pods_created_at) AS created_at,
+           p.run_started_at,
+           least(w.created_at, g.created_at, p.first_seen) AS first_seen,
+           greatest(w.last_seen_at, g.last_seen_at, p.last_seen) AS last_seen,
+           w.required_topology,
+           coalesce(w.preferred_topology, g.topology_key) AS preferred_topology
+    FROM keys k
+    LEFT JOIN wl w USING (cluster, namespace, job)
+    LEFT JOIN pg g USING (cluster, namespace, job)
+    LEFT JOIN pods p USING (cluster, namespace, job)
+)
+SELECT
+    cluster, namespace, job, job_kind, workload, cluster_queue, local_queue, pod_group, gang_system,
+    gang_size, schedule_timeout_s, pods, pods_running, gpus, nodes, created_at, run_started_at,
+    CASE WHEN gang_size > 0 AND len(coalesce(running_times, [])) >= gang_size THEN running_times[gang_size] END
+        AS all_running_at,
+    first_seen, last_seen, required_topology, preferred_topology,
+    CASE
+        WHEN pods > 0 AND pods_done = pods THEN 'finished'
+        WHEN pods = 0 AND workload IS NOT NULL THEN 'queued'
+        WHEN gang_size > 0 AND pods_running >= gang_size THEN 'running'
+        WHEN pods_running > 0 AND gang_size = 0 THEN 'running'
+        ELSE 'assembling'
+    END AS state
+FROM j

@@ -1,0 +1,171 @@
+-- Root-cause findings: one row per job and incident, exactly the fields of `gangscope diagnose --format json`
+-- (CONTRACT section 4). Jobs with no incident get one `healthy` row (shown only with --all). A job's primary
+-- finding is its row whose class comes first in the precedence list (marts.jobs.root_cause).
+-- column: cluster: cluster name
+-- column: namespace: job namespace
+-- column: job: job name (top-level owner, CONTRACT section 2)
+-- column: job_kind: kind of that owner (Job, JobSet, PyTorchJob, PodGroup, ...)
+-- column: workload: Kueue Workload name, NULL without Kueue
+-- column: pod_group: gang object name, NULL without a gang
+-- column: root_cause: gpu_fault, interconnect_degradation, preemption, admission_quota, admission_topology,
+--   gang_assembly, topology_misplacement, unexplained_slowdown, healthy
+-- column: severity: critical, warning, info
+-- column: started_at: first sample or event at which the condition holds
+-- column: ended_at: when it stopped holding (NULL while ongoing)
+-- column: confidence: 0..1
+-- column: nodes: nodes involved (VARCHAR[])
+-- column: evidence: JSON object with the values that crossed the thresholds, and their times
+-- column: summary: one sentence
+WITH j AS (SELECT * FROM intermediate.int_jobs),
+pj AS (SELECT * FROM intermediate.int_pod_jobs),
+gpu AS (
+    SELECT j.cluster, j.namespace, j.job, f.node, f.gpu, f.kind, f.code, f.started_at, f.last_at, f.samples
+    FROM intermediate.int_gpu_faults f
+    JOIN j ON j.cluster = f.cluster
+    WHERE (f.pod IS NOT NULL AND EXISTS (SELECT 1 FROM pj WHERE pj.cluster = f.cluster AND pj.namespace = f.namespace
+                                                          AND pj.pod = f.pod AND pj.job = j.job AND pj.namespace = j.namespace
+                                                          AND f.started_at >= pj.created_at - INTERVAL 1 MINUTE))
+       OR (f.pod IS NULL AND list_contains(j.nodes, f.node)
+           AND f.started_at >= coalesce(j.run_started_at, j.first_seen) - INTERVAL 1 MINUTE)
+),
+gpu_f AS (
+    SELECT cluster, namespace, job, 'gpu_fault' AS root_cause, 'critical' AS severity,
+           min(started_at) AS started_at, NULL::TIMESTAMPTZ AS ended_at,
+           CASE WHEN bool_or(kind <> 'gpu_missing') THEN 0.95 ELSE 0.8 END AS confidence,
+           list_sort(list(DISTINCT node)) AS nodes,
+           to_json({'faults': list({'node': node, 'gpu': gpu, 'kind': kind, 'xid': code, 'first_at': started_at,
+                                    'last_at': last_at, 'samples': samples} ORDER BY started_at)}) AS evidence,
+           format('GPU {} on {} reported {} from {}', arg_min(gpu, started_at), arg_min(node, started_at),
+                  CASE arg_min(kind, started_at) WHEN 'xid' THEN 'hardware XID ' || arg_min(code, started_at)
+                       WHEN 'ecc_dbe' THEN 'double-bit ECC errors' ELSE 'nothing (its series stopped)' END,
+                  strftime(min(started_at), '%Y-%m-%dT%H:%M:%SZ')) AS summary
+    FROM gpu GROUP BY cluster, namespace, job
+),
+dips AS (
+    SELECT d.*, i.bandwidth_drops, i.link_errors, i.ports_down, i.signal_nodes, i.first_signal_at,
+           coalesce(p.misplaced, false) AS misplaced, p.level, p.domains, p.needed_domains, p.domain_values,
+           j.nodes, j.all_running_at
+    FROM intermediate.int_throughput_dips d
+    JOIN intermediate.int_interconnect i ON i.cluster = d.cluster AND i.namespace = d.namespace AND i.job = d.job
+     AND i.dip_started_at = d.started_at
+    JOIN j ON j.cluster = d.cluster AND j.namespace = d.namespace AND j.job = d.job
+    LEFT JOIN intermediate.int_placement p ON p.cluster = d.cluster AND p.namespace = d.namespace AND p.job = d.job
+),
+dip_ev AS (
+    SELECT *,
+           {'throughput': {'baseline': round(baseline, 3), 'min_ratio': round(min_ratio, 3),
+                           'mean_ratio': round(mean_ratio, 3), 'low_samples': samples,
+                           'first_low_at': started_at, 'last_low_at': last_dip_at,
+                           'threshold_ratio': getvariable('throughput_ratio')}} AS tp
+    FROM dips
+),
+ic_f AS (
+    SELECT cluster, namespace, job, 'interconnect_degradation' AS root_cause, 'critical' AS severity,
+           started_at, ended_at,
+           CASE WHEN len(signal_nodes) > 0 AND json_array_length(bandwidth_drops) > 0
+                 AND (json_array_length(link_errors) > 0 OR json_array_length(ports_down) > 0) THEN 0.95 ELSE 0.85 END
+               AS confidence,
+           signal_nodes AS nodes,
+           to_json({'throughput': tp.throughput, 'bandwidth_drops': bandwidth_drops, 'link_errors': link_errors,
+                    'ports_down': ports_down, 'bandwidth_threshold_ratio': getvariable('bandwidth_ratio')}) AS evidence,
+           format('Throughput fell to {}% of baseline while interconnect on {} degraded ({})',
+                  round(100 * min_ratio)::INTEGER, array_to_string(signal_nodes, ', '),
+                  array_to_string(list_filter(['bandwidth drop' || CASE WHEN json_array_length(bandwidth_drops) > 0 THEN '' END,
+                                               'link errors' || CASE WHEN json_array_length(link_errors) > 0 THEN '' END,
+                                               'IB port down' || CASE WHEN json_array_length(ports_down) > 0 THEN '' END],
+                                              x -> x IS NOT NULL), ', ')) AS summary
+    FROM dip_ev WHERE len(signal_nodes) > 0 AND NOT misplaced
+),
+ev AS (SELECT * FROM intermediate.int_evictions),
+pre_f AS (
+    SELECT ev.cluster, ev.namespace, ev.job, 'preemption' AS root_cause, 'warning' AS severity,
+           min(ev.event_at) AS started_at,
+           CASE WHEN any_value(j.all_running_at) > min(ev.event_at) THEN any_value(j.all_running_at) END AS ended_at,
+           CASE WHEN bool_or(ev.source = 'workload_condition') THEN 0.95 ELSE 0.85 END AS confidence,
+           any_value(j.nodes) AS nodes,
+           to_json({'evictions': list({'at': ev.event_at, 'source': ev.source, 'reason': ev.reason, 'message': ev.message}
+                                      ORDER BY ev.event_at)}) AS evidence,
+           format('Preempted at {} ({}){}', strftime(min(ev.event_at), '%Y-%m-%dT%H:%M:%SZ'), arg_min(ev.reason, ev.event_at),
+                  CASE WHEN any_value(j.all_running_at) > min(ev.event_at) THEN ', restarted later' ELSE ', not running again yet' END)
+               AS summary
+    FROM ev JOIN j USING (cluster, namespace, job)
+    GROUP BY ev.cluster, ev.namespace, ev.job
+),
+adm_f AS (
+    SELECT a.cluster, a.namespace, a.job,
+           CASE a.blocked_by WHEN 'topology' THEN 'admission_topology' ELSE 'admission_quota' END AS root_cause,
+           'warning' AS severity,
+           a.created_at + to_seconds(getvariable('admission_wait_s')) AS started_at,
+           a.admitted_at AS ended_at,
+           CASE WHEN a.granular OR a.missing_level IS NOT NULL THEN 0.95 ELSE 0.85 END AS confidence,
+           j.nodes,
+           to_json({'wait_s': round(a.wait_s), 'threshold_s': getvariable('admission_wait_s'), 'created_at': a.created_at,
+                    'admitted_at': a.admitted_at, 'reason': a.reason, 'message': a.message, 'reason_at': a.reason_at,
+                    'cluster_queue': a.cluster_queue, 'local_queue': a.local_queue,
+                    'missing_level': a.missing_level}) AS evidence,
+           format('Not admitted for {} min{}: {}', round(a.wait_s / 60)::INTEGER,
+                  CASE WHEN a.admitted_at IS NULL THEN ' and counting' ELSE '' END,
+                  coalesce(a.reason || ' - ' || a.message,
+                           'topology level ' || a.missing_level || ' is carried by no node')) AS summary
+    FROM intermediate.int_admission a JOIN j USING (cluster, namespace, job)
+    WHERE a.blocked_by IS NOT NULL AND a.wait_s > getvariable('admission_wait_s')
+),
+gang_f AS (
+    SELECT g.cluster, g.namespace, g.job, 'gang_assembly' AS root_cause,
+           CASE WHEN g.idle_gpus > 0 THEN 'critical' ELSE 'warning' END AS severity,
+           g.assembly_started_at + to_seconds(g.timeout_s) AS started_at,
+           g.all_running_at AS ended_at,
+           CASE WHEN g.failed_reasons IS NOT NULL OR g.phase IS NOT NULL THEN 0.9 ELSE 0.75 END AS confidence,
+           j.nodes,
+           to_json({'gang_size': g.gang_size, 'pods': g.pods, 'pods_running': g.pods_running,
+                    'assembly_started_at': g.assembly_started_at, 'assembly_s': round(g.assembly_s),
+                    'timeout_s': g.timeout_s, 'pod_group_phase': g.phase, 'pod_group_message': g.group_message,
+                    'failed_scheduling': g.failed_reasons, 'idle_gpus': g.idle_gpus}) AS evidence,
+           format('Gang not running after {} s (timeout {} s): {}/{} pods running{}{}', round(g.assembly_s)::BIGINT,
+                  g.timeout_s::BIGINT, g.pods_running, g.gang_size,
+                  CASE WHEN g.phase IS NOT NULL THEN ', PodGroup ' || g.phase ELSE '' END,
+                  CASE WHEN g.idle_gpus > 0 THEN ', ' || g.idle_gpus || ' GPUs held idle' ELSE '' END) AS summary
+    FROM intermediate.int_gang g JOIN j USING (cluster, namespace, job)
+    WHERE g.timed_out
+),
+quiet_dips AS (
+    SELECT d.* FROM dip_ev d
+    WHERE len(d.signal_nodes) = 0
+      AND NOT EXISTS (SELECT 1 FROM gpu_f g WHERE g.cluster = d.cluster AND g.namespace = d.namespace AND g.job = d.job)
+      AND NOT EXISTS (SELECT 1 FROM pre_f p WHERE p.cluster = d.cluster AND p.namespace = d.namespace AND p.job = d.job)
+),
+mis_f AS (
+    SELECT cluster, namespace, job, 'topology_misplacement' AS root_cause, 'warning' AS severity,
+           started_at, ended_at, 0.8 AS confidence, nodes,
+           to_json({'throughput': tp.throughput, 'level': level, 'domains': domains, 'needed_domains': needed_domains,
+                    'domain_values': domain_values}) AS evidence,
+           format('Throughput fell to {}% of baseline; pods span {} {} domains where {} would do',
+                  round(100 * min_ratio)::INTEGER, domains, level, needed_domains) AS summary
+    FROM quiet_dips WHERE misplaced
+),
+slow_f AS (
+    SELECT cluster, namespace, job, 'unexplained_slowdown' AS root_cause, 'warning' AS severity,
+           started_at, ended_at, 0.6 AS confidence, nodes,
+           to_json({'throughput': tp.throughput}) AS evidence,
+           format('Throughput fell to {}% of baseline for {} samples with no queue, gang, placement, interconnect or GPU signal',
+                  round(100 * min_ratio)::INTEGER, samples) AS summary
+    FROM quiet_dips WHERE NOT misplaced
+),
+incidents AS (
+    SELECT * FROM gpu_f UNION ALL BY NAME SELECT * FROM ic_f UNION ALL BY NAME SELECT * FROM pre_f
+    UNION ALL BY NAME SELECT * FROM adm_f UNION ALL BY NAME SELECT * FROM gang_f
+    UNION ALL BY NAME SELECT * FROM mis_f UNION ALL BY NAME SELECT * FROM slow_f
+),
+healthy AS (
+    SELECT j.cluster, j.namespace, j.job, 'healthy' AS root_cause, 'info' AS severity,
+           j.first_seen AS started_at, NULL::TIMESTAMPTZ AS ended_at, 0.9 AS confidence, j.nodes,
+           to_json({'state': j.state, 'gang_size': j.gang_size, 'pods_running': j.pods_running}) AS evidence,
+           format('No incident: {} with {}/{} pods running', j.state, j.pods_running, j.gang_size) AS summary
+    FROM j
+    WHERE NOT EXISTS (SELECT 1 FROM incidents i WHERE i.cluster = j.cluster AND i.namespace = j.namespace AND i.job = j.job)
+)
+SELECT f.cluster, f.namespace, f.job, j.job_kind, j.workload, j.pod_group, f.root_cause, f.severity,
+       f.started_at, f.ended_at, CAST(f.confidence AS DOUBLE) AS confidence,
+       CAST(coalesce(f.nodes, []) AS VARCHAR[]) AS nodes, CAST(f.evidence AS JSON) AS evidence, f.summary
+FROM (SELECT * FROM incidents UNION ALL BY NAME SELECT * FROM healthy) f
+JOIN j USING (cluster, namespace, job)

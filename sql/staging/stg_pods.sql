@@ -1,0 +1,107 @@
+-- Pods: current state per pod (latest watch event by uid), with the labels, annotations and
+-- fields that tie a pod to its job, gang and Kueue Workload, plus when it first ran.
+-- column: cluster: cluster name stamped by the collector
+-- column: namespace: the Pod
+-- column: name: the Pod
+-- column: uid: the Pod
+-- column: node: spec.nodeName (NULL while unscheduled)
+-- column: phase: status.phase of the latest event
+-- column: deleted: the latest event was DELETED
+-- column: created_at: metadata.creationTimestamp
+-- column: first_running_at: first observation of phase Running (any event of this uid)
+-- column: last_seen_at: newest observation of this pod
+-- column: owner_kind: controller ownerReference
+-- column: owner_name: controller ownerReference
+-- column: jobset_name: label jobset.sigs.k8s.io/jobset-name
+-- column: pod_group: coscheduling label / Volcano annotation, or native schedulingGroup
+-- column: pod_group_system: coscheduling label / Volcano annotation, or native schedulingGroup
+-- column: native_workload: spec.workloadRef.name (scheduling.k8s.io v1alpha1, k8s 1.35)
+-- column: kueue_workload: annotation kueue.x-k8s.io/workload
+-- column: kueue_podset: Kueue pod labels
+-- column: local_queue: Kueue pod labels
+-- column: cluster_queue: Kueue pod labels
+-- column: scheduling_gates: names of spec.schedulingGates
+-- column: gpus: nvidia.com/gpu requested over all containers
+-- column: disruption_reason: reason of condition DisruptionTarget=True (e.g. PreemptionByScheduler)
+-- column: unscheduled_message: message of condition PodScheduled=False
+WITH ev AS (
+    SELECT *, coalesce(uid, namespace || '/' || name) AS key
+    FROM raw.k8s_objects
+    WHERE kind = 'Pod' AND event_type IN ('ADDED', 'MODIFIED', 'DELETED')
+),
+hist AS (
+    SELECT cluster, key,
+           min(observed_at) FILTER (WHERE (object->>'$.status.phase') = 'Running') AS first_running_at,
+           max(observed_at) AS last_seen_at
+    FROM ev GROUP BY cluster, key
+),
+latest AS (
+    SELECT * FROM ev
+    QUALIFY row_number() OVER (PARTITION BY cluster, key
+                               ORDER BY observed_at DESC, (event_type = 'DELETED') DESC,
+                                        TRY_CAST(resource_version AS BIGINT) DESC NULLS LAST) = 1
+),
+owners AS (
+    SELECT l.cluster, l.key, o->>'$.kind' AS owner_kind, o->>'$.name' AS owner_name
+    FROM latest l, unnest(coalesce(json_extract(l.object, '$.metadata.ownerReferences[*]'), []::JSON[])) AS t(o)
+    QUALIFY row_number() OVER (PARTITION BY l.cluster, l.key
+                               ORDER BY coalesce(o->>'$.controller', 'false') = 'true' DESC) = 1
+),
+gpus AS (
+    SELECT l.cluster, l.key,
+           sum(coalesce(TRY_CAST(c->>'$.resources.requests."nvidia.com/gpu"' AS INTEGER),
+                        TRY_CAST(c->>'$.resources.limits."nvidia.com/gpu"' AS INTEGER), 0)) AS gpus
+    FROM latest l, unnest(coalesce(json_extract(l.object, '$.spec.containers[*]'), []::JSON[])) AS t(c)
+    GROUP BY l.cluster, l.key
+),
+conds AS (
+    SELECT l.cluster, l.key,
+           max(c->>'$.reason') FILTER (WHERE (c->>'$.type') = 'DisruptionTarget' AND (c->>'$.status') = 'True')
+               AS disruption_reason,
+           max(c->>'$.message') FILTER (WHERE (c->>'$.type') = 'PodScheduled' AND (c->>'$.status') = 'False')
+               AS unscheduled_message
+    FROM latest l, unnest(coalesce(json_extract(l.object, '$.status.conditions[*]'), []::JSON[])) AS t(c)
+    GROUP BY l.cluster, l.key
+)
+SELECT
+    l.cluster,
+    l.namespace,
+    l.name,
+    l.uid,
+    l.object->>'$.spec.nodeName' AS node,
+    l.object->>'$.status.phase' AS phase,
+    l.event_type = 'DELETED' AS deleted,
+    TRY_CAST(l.object->>'$.metadata.creationTimestamp' AS TIMESTAMPTZ) AS created_at,
+    h.first_running_at,
+    h.last_seen_at,
+    o.owner_kind,
+    o.owner_name,
+    l.object->>'$.metadata.labels."jobset.sigs.k8s.io/jobset-name"' AS jobset_name,
+    coalesce(l.object->>'$.metadata.labels."scheduling.x-k8s.io/pod-group"',
+             l.object->>'$.metadata.labels."pod-group.scheduling.x-k8s.io"',
+             l.object->>'$.metadata.annotations."scheduling.k8s.io/group-name"',
+             l.object->>'$.metadata.annotations."scheduling.volcano.sh/group-name"',
+             l.object->>'$.spec.schedulingGroup.podGroupName') AS pod_group,
+    CASE
+        WHEN (l.object->>'$.metadata.labels."scheduling.x-k8s.io/pod-group"') IS NOT NULL
+          OR (l.object->>'$.metadata.labels."pod-group.scheduling.x-k8s.io"') IS NOT NULL THEN 'coscheduling'
+        WHEN (l.object->>'$.metadata.annotations."scheduling.k8s.io/group-name"') IS NOT NULL
+          OR (l.object->>'$.metadata.annotations."scheduling.volcano.sh/group-name"') IS NOT NULL THEN 'volcano'
+        WHEN (l.object->>'$.spec.schedulingGroup.podGroupName') IS NOT NULL THEN 'native'
+    END AS pod_group_system,
+    l.object->>'$.spec.workloadRef.name' AS native_workload,
+    l.object->>'$.metadata.annotations."kueue.x-k8s.io/workload"' AS kueue_workload,
+    l.object->>'$.metadata.labels."kueue.x-k8s.io/podset"' AS kueue_podset,
+    coalesce(l.object->>'$.metadata.labels."kueue.x-k8s.io/local-queue-name"',
+             l.object->>'$.metadata.labels."kueue.x-k8s.io/queue-name"') AS local_queue,
+    l.object->>'$.metadata.labels."kueue.x-k8s.io/cluster-queue-name"' AS cluster_queue,
+    coalesce(CAST(json_extract_string(l.object, '$.spec.schedulingGates[*].name') AS VARCHAR[]), [])
+        AS scheduling_gates,
+    coalesce(g.gpus, 0) AS gpus,
+    c.disruption_reason,
+    c.unscheduled_message
+FROM latest l
+JOIN hist h USING (cluster, key)
+LEFT JOIN owners o USING (cluster, key)
+LEFT JOIN gpus g USING (cluster, key)
+LEFT JOIN conds c USING (cluster, key)

@@ -1,0 +1,140 @@
+"""Insert real-shaped Kubernetes watch events and Prometheus samples straight into a lake's raw tables.
+
+Objects follow the shapes in /work/shared/reference (Kueue Workload v1beta2 status, coscheduling
+PodGroup, native scheduling.k8s.io PodGroup, core/v1 and events.k8s.io/v1 Events, dcgm-exporter labels).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import duckdb
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def ts(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def iso(minutes: float) -> str:
+    return ts(minutes).isoformat().replace("+00:00", "Z")
+
+
+class Raw:
+    """Collects raw rows and writes them in two bulk inserts."""
+
+    def __init__(self, cluster: str = "default") -> None:
+        self.cluster = cluster
+        self.k8s: list[tuple[Any, ...]] = []
+        self.samples: list[tuple[Any, ...]] = []
+
+    def event(self, minutes: float, obj: dict[str, Any], event_type: str = "ADDED") -> dict[str, Any]:
+        md = obj.setdefault("metadata", {})
+        md.setdefault("uid", str(uuid.uuid5(uuid.NAMESPACE_URL, f"{obj['kind']}/{md.get('namespace')}/{md['name']}")))
+        md.setdefault("creationTimestamp", iso(minutes))
+        md["resourceVersion"] = str(len(self.k8s) + 1)
+        self.k8s.append((self.cluster, ts(minutes), event_type, obj["apiVersion"], obj["kind"], md.get("namespace"),
+                         md["name"], md["uid"], md["resourceVersion"], json.dumps(obj), 0, len(self.k8s)))
+        return obj
+
+    def sample(self, minutes: float, metric: str, labels: dict[str, str], value: float) -> None:
+        node = labels.get("Hostname") or labels.get("node")
+        self.samples.append((self.cluster, ts(minutes), metric, json.dumps(labels), value, node, "t", "job", "i", 0,
+                             len(self.samples)))
+
+    def write(self, con: duckdb.DuckDBPyConnection) -> None:
+        import polars as pl
+
+        k8s_cols = ["cluster", "observed_at", "event_type", "api_version", "kind", "namespace", "name", "uid",
+                    "resource_version", "object", "kafka_partition", "kafka_offset"]
+        s_cols = ["cluster", "ts", "metric", "labels", "value", "node", "target", "job", "instance", "kafka_partition",
+                  "kafka_offset"]
+        for rows, cols, table, cast in ((self.k8s, k8s_cols, "raw.k8s_objects", "object"),
+                                        (self.samples, s_cols, "raw.metric_samples", "labels")):
+            if rows:
+                con.register("_rows", pl.DataFrame(rows, schema=cols, orient="row").to_arrow())
+                select = ", ".join(f"{c}::JSON" if c == cast else c for c in cols)
+                con.execute(f"INSERT INTO {table} SELECT {select} FROM _rows")
+                con.unregister("_rows")
+        self.k8s, self.samples = [], []
+
+
+def node(name: str, rack: str, block: str = "block-1", gpus: int = 8, taints: list[dict] | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                                  "cloud.provider.com/topology-block": block,
+                                                  "cloud.provider.com/topology-rack": rack}},
+            "spec": {"taints": taints or []},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "capacity": {"nvidia.com/gpu": str(gpus)},
+                       "addresses": [{"type": "InternalIP", "address": f"10.0.0.{name[-1]}"},
+                                     {"type": "Hostname", "address": name}],
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def topology() -> dict:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": "default"},
+            "spec": {"levels": [{"nodeLabel": "cloud.provider.com/topology-block"},
+                                {"nodeLabel": "cloud.provider.com/topology-rack"},
+                                {"nodeLabel": "kubernetes.io/hostname"}]}}
+
+
+def workload(ns: str, name: str, owner_kind: str, owner: str, count: int, conditions: list[dict],
+             cluster_queue: str | None = None, required: str | None = None, assignment: dict | None = None,
+             api_version: str = "kueue.x-k8s.io/v1beta2") -> dict:
+    ps: dict[str, Any] = {"name": "main", "count": count, "template": {"spec": {}}}
+    if required:
+        ps["topologyRequest"] = {"required": required}
+    status: dict[str, Any] = {"conditions": conditions}
+    if cluster_queue:
+        psa: dict[str, Any] = {"name": "main", "count": count, "flavors": {"nvidia.com/gpu": "gpu"}}
+        if assignment:
+            psa["topologyAssignment"] = assignment
+        status["admission"] = {"clusterQueue": cluster_queue, "podSetAssignments": [psa]}
+    return {"apiVersion": api_version, "kind": "Workload",
+            "metadata": {"name": name, "namespace": ns,
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": owner_kind, "name": owner,
+                                              "controller": True, "uid": f"uid-{owner}"}]},
+            "spec": {"queueName": "team", "podSets": [ps]}, "status": status}
+
+
+def cond(type_: str, status: str, reason: str, message: str, minutes: float) -> dict:
+    return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": iso(minutes)}
+
+
+def pod(ns: str, name: str, owner_kind: str, owner: str, node_name: str | None, phase: str, gpus: int = 8,
+        labels: dict | None = None, annotations: dict | None = None, spec: dict | None = None,
+        conditions: list[dict] | None = None) -> dict:
+    s: dict[str, Any] = {"containers": [{"name": "trainer", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}
+    if node_name:
+        s["nodeName"] = node_name
+    s.update(spec or {})
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": labels or {}, "annotations": annotations or {},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": owner_kind, "name": owner,
+                                              "controller": True, "uid": f"uid-{owner}"}]},
+            "spec": s, "status": {"phase": phase, "conditions": conditions or []}}
+
+
+def failed_scheduling(ns: str, pod_name: str, message: str, minutes: float, new_api: bool = False) -> dict:
+    name = f"{pod_name}.fs"
+    if new_api:
+        return {"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": name, "namespace": ns},
+                "regarding": {"kind": "Pod", "name": pod_name, "namespace": ns}, "reason": "FailedScheduling",
+                "action": "Scheduling", "note": message, "type": "Warning", "eventTime": iso(minutes)}
+    return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": ns},
+            "involvedObject": {"kind": "Pod", "name": pod_name, "namespace": ns}, "reason": "FailedScheduling",
+            "message": message, "type": "Warning", "firstTimestamp": iso(minutes), "lastTimestamp": iso(minutes),
+            "count": 3}
+
+
+def dcgm(raw: Raw, minutes: float, node_name: str, gpu: int, metric: str, value: float,
+         pod_ref: tuple[str, str] | None = None) -> None:
+    labels = {"gpu": str(gpu), "UUID": f"GPU-{node_name}-{gpu}", "Hostname": node_name, "modelName": "NVIDIA H100",
+              "device": f"nvidia{gpu}"}
+    if pod_ref:
+        labels.update({"namespace": pod_ref[0], "pod": pod_ref[1], "container": "trainer"})
+    raw.sample(minutes, metric, labels, value)

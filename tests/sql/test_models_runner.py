@@ -1,0 +1,133 @@
+"""The model runner: order from references, errors for cycles and unknown models, incremental rebuilds
+that neither lose nor double rows, staleness; and decoding of both Kueue topologyAssignment formats."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gangscope.errors import UserError
+from pipeline import lake, models
+from tests.sql.lakefix import Raw, dcgm, workload
+
+
+def _write(d: Path, layer: str, name: str, sql: str) -> None:
+    (d / layer).mkdir(parents=True, exist_ok=True)
+    (d / layer / f"{name}.sql").write_text(sql)
+
+
+def test_order_follows_references(tmp_path: Path) -> None:
+    _write(tmp_path, "marts", "m", "SELECT * FROM intermediate.i JOIN staging.s USING (x)")
+    _write(tmp_path, "intermediate", "i", "WITH c AS (SELECT * FROM staging.s) SELECT * FROM c")
+    _write(tmp_path, "staging", "s", "SELECT 1 AS x FROM raw.k8s_objects")
+    names = [m.table for m in models.order(models.discover(tmp_path))]
+    assert names.index("staging.s") < names.index("intermediate.i") < names.index("marts.m")
+
+
+def test_cycle_is_an_error(tmp_path: Path) -> None:
+    _write(tmp_path, "staging", "a", "SELECT * FROM staging.b")
+    _write(tmp_path, "staging", "b", "SELECT * FROM intermediate.c")
+    _write(tmp_path, "intermediate", "c", "SELECT * FROM staging.a")
+    with pytest.raises(UserError, match="cycle"):
+        models.order(models.discover(tmp_path))
+
+
+def test_unknown_reference_is_an_error(tmp_path: Path) -> None:
+    _write(tmp_path, "marts", "m", "SELECT * FROM intermediate.nope")
+    with pytest.raises(UserError, match="intermediate.nope, which is no model"):
+        models.order(models.discover(tmp_path))
+
+
+def test_real_models_have_an_order() -> None:
+    plan = [m.table for m in models.order(models.discover())]
+    assert plan.index("staging.stg_node_addresses") < plan.index("staging.stg_metric_signals")
+    assert plan.index("marts.findings") < plan.index("marts.jobs")
+
+
+def _bw(raw: Raw, start: float, end: float) -> None:
+    t = start
+    while t < end:
+        for n in ("a1", "a2"):
+            dcgm(raw, t, n, 0, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 1000.0)
+        t += 0.25
+
+
+def test_incremental_rebuild_neither_loses_nor_doubles(offline_settings) -> None:
+    con = lake.connect(offline_settings)
+    try:
+        raw = Raw()
+        _bw(raw, 0, 30)
+        raw.write(con)
+        first = models.build(offline_settings, con)
+        assert "intermediate.int_node_bandwidth" not in first.incremental
+        assert not models.is_stale(offline_settings, con)
+        n1 = con.execute("SELECT count(*) FROM intermediate.int_node_bandwidth").fetchone()[0]
+        assert n1 == 2 * 120
+        _bw(raw, 30, 31)  # one more minute
+        raw.write(con)
+        assert models.is_stale(offline_settings, con)
+        second = models.build(offline_settings, con, only_stale=True)
+        assert "intermediate.int_node_bandwidth" in second.incremental
+        rows = con.execute("SELECT count(*), count(DISTINCT (node, ts)) "
+                           "FROM intermediate.int_node_bandwidth").fetchone()
+        assert rows == (2 * 124, 2 * 124)
+        assert models.build(offline_settings, con, only_stale=True).models == 0  # nothing new: nothing built
+        full = models.build(offline_settings, con, full=True)
+        assert full.incremental == []
+        assert con.execute("SELECT count(*) FROM intermediate.int_node_bandwidth").fetchone()[0] == 2 * 124
+    finally:
+        con.close()
+
+
+def test_bad_model_names_the_file(offline_settings, tmp_path: Path) -> None:
+    d = tmp_path / "sql"
+    shutil.copytree(models.SQL_DIR, d)
+    _write(d, "marts", "broken", "SELECT no_such_column FROM marts.findings")
+    with pytest.raises(UserError, match=r"marts.broken .*broken.sql"):
+        models.build(offline_settings, sql_dir=d)
+
+
+def _assignments(reference: Path, version: str) -> list[dict]:
+    return [doc["topologyAssignment"] for doc in yaml.safe_load_all(
+        (reference / "kueue" / f"workload-topologyassignment-examples.{version}.yaml").read_text())]
+
+
+def test_both_topology_assignment_formats_decode_to_the_same_rows(offline_settings, reference: Path) -> None:
+    raw = Raw()
+    v1, v2 = _assignments(reference, "v1beta1"), _assignments(reference, "v1beta2")
+    raw.event(0, workload("ns", "old", "Job", "old", 6, [], cluster_queue="cq", assignment=v1[0],
+                          api_version="kueue.x-k8s.io/v1beta1"))
+    raw.event(0, workload("ns", "new", "Job", "new", 6, [], cluster_queue="cq", assignment=v2[0]))
+    raw.event(0, workload("ns", "many", "Job", "many", 12, [], cluster_queue="cq", assignment=v2[1]))
+    con = lake.connect(offline_settings)
+    try:
+        raw.write(con)
+        models.build(offline_settings, con)
+        q = ("SELECT domain_index, levels, \"values\", pod_count FROM staging.stg_topology_assignments "
+             "WHERE workload = ? ORDER BY domain_index")
+        old, new = con.execute(q, ["old"]).fetchall(), con.execute(q, ["new"]).fetchall()
+        assert old == new == [
+            (0, ["cloud.provider.com/topology-block", "cloud.provider.com/topology-rack"], ["block-1", "rack-1"], 4),
+            (1, ["cloud.provider.com/topology-block", "cloud.provider.com/topology-rack"], ["block-1", "rack-2"], 2)]
+        many = con.execute(q, ["many"]).fetchall()
+        assert [r[2][0] for r in many] == [f"pool-1-node-{i}" for i in range(1, 6)] + [
+            f"pool-2-node-{i}" for i in range(1, 8)]
+        assert {r[3] for r in many} == {1} and [r[0] for r in many] == list(range(12))
+    finally:
+        con.close()
+
+
+def test_changed_threshold_makes_models_stale(offline_settings) -> None:
+    con = lake.connect(offline_settings)
+    try:
+        models.build(offline_settings, con)
+        assert not models.is_stale(offline_settings, con)
+        offline_settings.thresholds.admission_wait_s = 60.0
+        assert models.is_stale(offline_settings, con)
+        models.build(offline_settings, con, only_stale=True)
+        assert not models.is_stale(offline_settings, con)
+    finally:
+        con.close()
