@@ -14,6 +14,7 @@ import os
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import duckdb
@@ -177,3 +178,14 @@ def _sqlite_wal(settings: Settings) -> None:
             db.close()
     except sqlite3.Error as e:
         log.warning("could not put the catalog in WAL mode (%s); idle readers may delay writes", e)
+
+
+def require(settings: Settings) -> None:
+    """Fail with a clear message when the lake a reader names does not exist (rather than create an empty one)."""
+    from gangscope.errors import UserError
+
+    if settings.catalog_url.startswith(("postgres:", "postgresql:")):
+        return
+    path = Path(settings.catalog_url[len("sqlite:"):])
+    if not path.exists():
+        raise UserError(f"no lake at {path}: run the pipeline (or `gangscope demo`) first, or pass --data")

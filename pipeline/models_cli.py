@@ -26,8 +26,9 @@ def _time(value: str) -> datetime:
 
 
 def _build(settings, args) -> int:
-    from pipeline import models
+    from pipeline import lake, models
 
+    lake.require(settings)
     stats = models.build(settings, full=args.full)
     inc = f", {len(stats.incremental)} incremental" if stats.incremental else ""
     print(f"built {stats.models} models in {stats.seconds:.1f}s{inc}")
@@ -40,6 +41,7 @@ def _diagnose(settings, args) -> int:
 
     if args.since and args.until and args.since > args.until:
         raise UserError("--since is after --until")
+    lake.require(settings)
     con = lake.connect(settings)
     try:
         if not args.no_build:

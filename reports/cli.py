@@ -30,8 +30,10 @@ def _build_models(settings) -> None:
 
 
 def _report(settings, args) -> int:
+    from pipeline import lake
     from reports.report import write_report
 
+    lake.require(settings)
     if not args.no_build:
         _build_models(settings)
     path = write_report(settings, args.format, Path(args.out) if args.out else None, since=parse_time(args.since))
@@ -54,8 +56,10 @@ def _sql(settings, args) -> int:
 
 
 def _snapshot(settings, args) -> int:
+    from pipeline import lake
     from reports import baseline
 
+    lake.require(settings)
     snap = baseline.snapshot(settings, Path(args.out), parse_time(args.since), parse_time(args.until))
     o = snap["overall"]
     print(f"{args.out}: {o['jobs']} jobs, {snap['window']['since']} .. {snap['window']['until']}, "

@@ -128,10 +128,7 @@ def connect_read_only(settings: Settings) -> duckdb.DuckDBPyConnection:
     """The lake, READ_ONLY, with file system access limited to its data files and the configuration locked."""
     from pipeline import lake
 
-    if not settings.catalog_url.startswith(("postgres:", "postgresql:")):
-        path = Path(settings.catalog_url[len("sqlite:"):])
-        if not path.exists():
-            raise UserError(f"no lake at {path}: run the pipeline (or `gangscope demo`) first, or pass --data")
+    lake.require(settings)
     try:
         con = lake.connect(settings, read_only=True, create=False)
     except duckdb.Error as e:
