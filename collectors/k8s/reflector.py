@@ -23,6 +23,7 @@ from typing import Any
 
 from collectors.k8s.client import ApiError, Client
 from collectors.k8s.discovery import Resource
+from gangscope import telemetry
 from gangscope.records import RELIST_BEGIN, RELIST_END, WATCH_TYPES, K8sEvent
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class Reflector:
                 if e.status == 410:
                     log.info("%s: resourceVersion %s expired (410 Gone); relisting", self, self.resource_version)
                     self.relists += 1
+                    telemetry.WATCH_RELISTS.labels(self.resource.kind).inc()
                     need_list = True
                     if failures == 1:
                         continue  # relist at once the first time, back off if it keeps happening
@@ -107,6 +109,7 @@ class Reflector:
                 failures += 1
                 need_list = True
             self.reconnects += 1
+            telemetry.WATCH_RECONNECTS.labels(self.resource.kind).inc()
             delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** min(failures - 1, 10))
             self.stop.wait(delay * (0.5 + random.random()))  # full jitter around the step
 

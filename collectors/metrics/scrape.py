@@ -25,6 +25,7 @@ import aiohttp
 
 from collectors.metrics.parse import parse_text, to_batch
 from collectors.metrics.targets import Target
+from gangscope import telemetry
 from gangscope.records import ScrapeBatch
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,7 @@ class Scraper:
         if not batch.up:
             self.failures += 1
             log.debug("scrape of %s failed: %s", t.url, batch.error)
+        telemetry.scrape_done(batch)
         self.emit(batch)
         return batch
 

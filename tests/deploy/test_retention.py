@@ -1,0 +1,105 @@
+"""Retention drops old raw rows and old marts, frees their Parquet files, and touches nothing else."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gangscope.config import Settings
+from pipeline import lake, retention
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+
+
+def _files(settings: Settings, table: str) -> set[str]:
+    return {str(p) for p in (settings.lake_path / "raw" / table).rglob("*.parquet")}
+
+
+def _k8s(con, when: datetime, event: str, kind: str, name: str) -> None:
+    con.execute(
+        "INSERT INTO raw.k8s_objects (cluster, observed_at, event_type, api_version, kind, namespace, name, uid,"
+        " object) VALUES ('c1', ?, ?, 'v1', ?, 'ns', ?, ?, '{}')",
+        [when, event, kind, name, f"uid-{name}"],
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def filled(offline_settings: Settings, request: pytest.FixtureRequest):
+    catalog = request.getfixturevalue("pg_catalog") if request.param == "postgres" else None
+    settings = dataclasses.replace(
+        offline_settings,
+        catalog=catalog,
+        retention=dataclasses.replace(offline_settings.retention, raw_days=7, marts_days=90, file_grace_minutes=0),
+    )
+    con = lake.connect(settings)
+    old, recent = NOW - timedelta(days=10), NOW - timedelta(hours=1)
+    # Two inserts of 1000 rows each: above DuckLake's inlining limit, so each lands as its own Parquet file.
+    con.execute("INSERT INTO raw.metric_samples (cluster, ts, metric, value) "
+                "SELECT 'c1', ?::TIMESTAMPTZ + to_seconds(i), 'old', i FROM range(1000) t(i)", [old])
+    old_files = _files(settings, "metric_samples")
+    con.execute("INSERT INTO raw.metric_samples (cluster, ts, metric, value) "
+                "SELECT 'c1', ?::TIMESTAMPTZ + to_seconds(i), 'recent', i FROM range(1000) t(i)", [recent])
+    recent_files = _files(settings, "metric_samples") - old_files
+    assert len(old_files) == 1 and len(recent_files) == 1
+    con.execute("INSERT INTO raw.scrapes (cluster, scraped_at, target, up) VALUES ('c1', ?, 'old', true), "
+                "('c1', ?, 'recent', true)", [old, recent])
+    con.execute("INSERT INTO raw.dead_letters (landed_at, topic, reason) VALUES (?, 't', 'old'), (?, 't', 'recent')",
+                [old, recent])
+    con.execute("INSERT INTO raw.kafka_offsets (topic, \"partition\", next_offset, landed_at, topic_id) VALUES "
+                "('t', 0, 10, ?, 'a'), ('t', 0, 42, ?, 'a'), ('t', 1, 5, ?, 'a'), ('t', 0, 7, ?, 'b')",
+                [NOW - timedelta(days=400)] * 3 + [NOW])  # only ('t', 0, 10, 'a') is superseded
+    _k8s(con, NOW - timedelta(days=30), "ADDED", "Node", "n1")  # old, never changed: its only row stays
+    _k8s(con, NOW - timedelta(days=10), "ADDED", "Pod", "p1")
+    _k8s(con, NOW - timedelta(days=9), "MODIFIED", "Pod", "p1")
+    _k8s(con, recent, "MODIFIED", "Pod", "p1")
+    _k8s(con, NOW - timedelta(days=10), "ADDED", "Pod", "p2")
+    _k8s(con, NOW - timedelta(days=9), "DELETED", "Pod", "p2")  # gone for good: all its rows go
+    _k8s(con, NOW - timedelta(days=10), "ADDED", "Pod", "p3")
+    _k8s(con, NOW - timedelta(days=8), "MODIFIED", "Pod", "p3")  # newest of p3: stays though old
+    con.execute("CREATE TABLE marts.findings (job VARCHAR, started_at TIMESTAMPTZ, ended_at TIMESTAMPTZ)")
+    con.execute("INSERT INTO marts.findings VALUES ('ended-100d', ?, ?), ('ended-30d', ?, ?), ('ongoing', ?, NULL)",
+                [NOW - timedelta(days=101), NOW - timedelta(days=100), NOW - timedelta(days=31),
+                 NOW - timedelta(days=30), NOW - timedelta(days=200)])
+    yield settings, con, old_files, recent_files
+    con.close()
+
+
+def test_retention_removes_old_rows_and_files_and_nothing_else(filled) -> None:
+    settings, con, old_files, recent_files = filled
+    stats = retention.apply(settings, con=con, now=NOW)
+
+    assert con.execute("SELECT metric, count(*) FROM raw.metric_samples GROUP BY ALL").fetchall() == [("recent", 1000)]
+    assert con.execute("SELECT target FROM raw.scrapes").fetchall() == [("recent",)]
+    assert con.execute("SELECT reason FROM raw.dead_letters").fetchall() == [("recent",)]
+    assert con.execute('SELECT "partition", next_offset, topic_id FROM raw.kafka_offsets ORDER BY ALL').fetchall() == [
+        (0, 7, "b"), (0, 42, "a"), (1, 5, "a")]
+    k8s = con.execute("SELECT name, event_type, observed_at FROM raw.k8s_objects ORDER BY name").fetchall()
+    assert [(n, e) for n, e, _ in k8s] == [("n1", "ADDED"), ("p1", "MODIFIED"), ("p3", "MODIFIED")]
+    assert k8s[1][2] == NOW - timedelta(hours=1)
+    assert con.execute("SELECT job FROM marts.findings ORDER BY job").fetchall() == [("ended-30d",), ("ongoing",)]
+    assert stats.deleted == {"raw.k8s_objects": 5, "raw.kafka_offsets": 1, "raw.metric_samples": 1000, "raw.scrapes": 1,
+                             "raw.dead_letters": 1, "marts.findings": 1}
+
+    # The old Parquet file is gone from disk; the recent one is still there and still read.
+    remaining = _files(settings, "metric_samples")
+    assert not (old_files & remaining)
+    assert recent_files <= remaining
+    assert all(Path(f).exists() for f in recent_files)
+    assert stats.files_deleted >= 1 and stats.snapshots_expired >= 1
+
+    # A second run finds nothing more to delete.
+    again = retention.apply(settings, con=con, now=NOW)
+    assert sum(again.deleted.values()) == 0
+    assert con.execute("SELECT count(*) FROM raw.metric_samples").fetchone() == (1000,)
+
+
+def test_grace_keeps_files_for_running_queries(filled) -> None:
+    settings, con, old_files, _ = filled
+    settings = dataclasses.replace(settings, retention=dataclasses.replace(settings.retention, file_grace_minutes=10))
+    stats = retention.apply(settings, con=con, now=NOW)
+    assert stats.deleted["raw.metric_samples"] == 1000
+    assert stats.files_deleted == 0
+    assert old_files <= _files(settings, "metric_samples")  # rows gone, file kept until the grace has passed

@@ -1,0 +1,220 @@
+"""gangscope's own /metrics and /healthz, scraped over HTTP and parsed with prometheus_client."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gangscope import telemetry
+from gangscope.records import ScrapeBatch
+
+
+@pytest.fixture
+def server() -> Iterator[telemetry.Server]:
+    with telemetry._beats_lock:  # beats other tests' components may have left
+        telemetry._beats.clear()
+    srv = telemetry.start_http_server("127.0.0.1:0")
+    yield srv
+    srv()
+    with telemetry._beats_lock:
+        telemetry._beats.clear()
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.headers["Content-Type"], r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers["Content-Type"], e.read().decode()
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text) for s in fam.samples
+    }
+
+
+def test_metrics_endpoint_exposes_every_metric(server: telemetry.Server) -> None:
+    topic = f"t{time.monotonic_ns()}"  # labels unique to this test: the registry is process-wide
+    telemetry.RECORDS_CONSUMED.labels(topic).inc(7)
+    telemetry.RECORDS_LANDED.labels(topic).inc(5)
+    telemetry.DEAD_LETTERS.labels(topic).inc(2)
+    telemetry.CONSUMER_LAG.labels(topic, "3").set(11)
+    telemetry.BATCH_SECONDS.observe(0.2)
+    telemetry.scrape_done(ScrapeBatch(cluster="c", target="u", job="dcgm", instance=topic, scraped_at_ms=0,
+                                      up=False, duration_s=0.05))
+    telemetry.WATCH_RECONNECTS.labels(topic).inc()
+    telemetry.WATCH_RELISTS.labels(topic).inc(2)
+    class Pub:
+        buffered = 100
+
+    pub = Pub()
+    telemetry.track_publisher(pub)  # the way the publisher reports it (a live one may own the gauge)
+    telemetry.PUBLISHER_DROPPED.labels(topic).inc(4)
+    telemetry.MODEL_BUILD_SECONDS.observe(3.0)
+    telemetry.LAST_REPORT.set(1_700_000_000)
+
+    status, ctype, body = _get(server.url + "/metrics")
+    assert status == 200 and ctype.startswith("text/plain")
+    s = _samples(body)
+    assert s[("gangscope_records_consumed_total", (("topic", topic),))] == 7
+    assert s[("gangscope_records_landed_total", (("topic", topic),))] == 5
+    assert s[("gangscope_dead_letters_total", (("topic", topic),))] == 2
+    assert s[("gangscope_consumer_lag", (("partition", "3"), ("topic", topic)))] == 11
+    assert s[("gangscope_scrape_up", (("instance", topic), ("job", "dcgm")))] == 0
+    assert s[("gangscope_scrape_duration_seconds", (("instance", topic), ("job", "dcgm")))] == 0.05
+    assert s[("gangscope_watch_reconnects_total", (("kind", topic),))] == 1
+    assert s[("gangscope_watch_relists_total", (("kind", topic),))] == 2
+    assert s[("gangscope_publisher_buffered_records", ())] == 100
+    assert s[("gangscope_publisher_dropped_total", (("topic", topic),))] == 4
+    assert s[("gangscope_last_report_timestamp_seconds", ())] == 1_700_000_000
+    assert s[("gangscope_batch_seconds_count", ())] >= 1
+    assert s[("gangscope_model_build_seconds_bucket", (("le", "5.0"),))] >= 1
+    # Only gangscope's registry: no process-global default metrics leak in.
+    assert all(name.startswith("gangscope_") for name, _ in s)
+
+    # Counting goes on between scrapes.
+    telemetry.RECORDS_LANDED.labels(topic).inc(2)
+    assert _samples(_get(server.url + "/metrics")[2])[("gangscope_records_landed_total", (("topic", topic),))] == 7
+
+
+def test_healthz_follows_heartbeats(server: telemetry.Server) -> None:
+    status, ctype, body = _get(server.url + "/healthz")
+    assert status == 200 and ctype == "application/json"
+    assert json.loads(body) == {"status": "ok", "components": {}}
+
+    telemetry.heartbeat("pipeline", max_age_s=0.3)
+    telemetry.heartbeat("collector.k8s", max_age_s=60)
+    status, _, body = _get(server.url + "/healthz")
+    assert status == 200 and set(json.loads(body)["components"]) == {"pipeline", "collector.k8s"}
+
+    time.sleep(0.4)  # the pipeline stops beating
+    status, _, body = _get(server.url + "/healthz")
+    doc = json.loads(body)
+    assert status == 503 and doc["status"] == "unhealthy"
+    assert doc["components"]["pipeline"]["ok"] is False and doc["components"]["collector.k8s"]["ok"] is True
+
+    telemetry.heartbeat("pipeline")  # beats again, keeping its max age
+    assert _get(server.url + "/healthz")[0] == 200
+    time.sleep(0.4)
+    telemetry.forget("pipeline")  # stopped on purpose: not a failure
+    assert _get(server.url + "/healthz")[0] == 200
+
+
+def test_unknown_path_and_stop(server: telemetry.Server) -> None:
+    assert _get(server.url + "/nope")[0] == 404
+    url = server.url
+    server.stop()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url + "/metrics", timeout=2)
+
+
+def test_parse_listen() -> None:
+    assert telemetry.parse_listen("0.0.0.0:9108") == ("0.0.0.0", 9108)
+    assert telemetry.parse_listen(":9108") == ("0.0.0.0", 9108)
+    assert telemetry.parse_listen("[::1]:9108") == ("::1", 9108)
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        telemetry.parse_listen("localhost")
+
+
+def test_hooks_count_landed_dead_and_lag(settings) -> None:
+    """The one-line hooks the pipeline calls, against a real consumer on the embedded broker."""
+    from kafka import TopicPartition
+
+    from pipeline import kafka as pkafka
+
+    topic = f"{settings.kafka.topic_prefix}lag"
+    prod = pkafka.producer(settings, settings.kafka.bootstrap_servers)
+    for i in range(10):
+        prod.send(topic, key=b"k", value=str(i).encode(), partition=0)
+    prod.flush()
+    prod.close()
+    consumer = pkafka.consumer(settings, settings.kafka.bootstrap_servers, max_poll_records=3)
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got: list = []
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            for recs in consumer.poll(timeout_ms=500).values():
+                telemetry.records_polled(recs)
+                got.extend(recs)
+        assert len(got) == 3
+        telemetry._lag_at = 0.0
+        telemetry.pipeline_tick(consumer, component=f"pipeline-{topic}")
+        lag = telemetry.REGISTRY.get_sample_value("gangscope_consumer_lag", {"topic": topic, "partition": "0"})
+        assert lag == 7
+        assert telemetry.REGISTRY.get_sample_value("gangscope_records_consumed_total", {"topic": topic}) == 3
+        assert telemetry.health()[1]["components"][f"pipeline-{topic}"]["ok"] is True
+
+        consumer.unsubscribe()  # partition gone: its lag series goes too
+        telemetry._lag_at = 0.0
+        telemetry.pipeline_tick(consumer, component=f"pipeline-{topic}")
+        assert telemetry.REGISTRY.get_sample_value("gangscope_consumer_lag", {"topic": topic, "partition": "0"}) is None
+    finally:
+        consumer.close()
+        telemetry.forget(f"pipeline-{topic}")
+
+    records = [(topic, 0, i, b"x") for i in range(5)] + [(f"{topic}.b", 1, 0, b"y")]
+    telemetry.batch_landed(records, dead=[(records[0], "bad json")])
+    assert telemetry.REGISTRY.get_sample_value("gangscope_records_landed_total", {"topic": topic}) == 5
+    assert telemetry.REGISTRY.get_sample_value("gangscope_records_landed_total", {"topic": f"{topic}.b"}) == 1
+    assert telemetry.REGISTRY.get_sample_value("gangscope_dead_letters_total", {"topic": topic}) == 1
+
+
+def test_publisher_buffer_gauge_follows_a_live_publisher() -> None:
+    class Pub:
+        buffered = 42
+
+    pub = Pub()
+    telemetry.track_publisher(pub)
+    assert telemetry.REGISTRY.get_sample_value("gangscope_publisher_buffered_records") == 42
+    pub.buffered = 3
+    assert telemetry.REGISTRY.get_sample_value("gangscope_publisher_buffered_records") == 3
+    del pub  # a publisher that is gone reports nothing buffered and is not kept alive
+    assert telemetry.REGISTRY.get_sample_value("gangscope_publisher_buffered_records") == 0
+
+
+def test_pipeline_run_moves_the_metrics(settings) -> None:
+    """consume.run over real records: consumed, landed, dead letters and batch latency all count."""
+    from datetime import UTC, datetime
+
+    from gangscope.records import K8sEvent
+    from pipeline import consume
+    from pipeline import kafka as pkafka
+    from pipeline.publish import Publisher
+
+    bootstrap = settings.kafka.bootstrap_servers
+    topic = pkafka.topics(settings)["k8s"]
+
+    def value(name: str) -> float:
+        return telemetry.REGISTRY.get_sample_value(name, {"topic": topic}) or 0.0
+
+    batches_before = telemetry.REGISTRY.get_sample_value("gangscope_batch_seconds_count") or 0.0
+    pkafka.ensure_topics(settings, bootstrap)
+    with Publisher(settings, bootstrap) as pub:
+        for i in range(50):
+            obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "ns",
+                                                                   "uid": f"u{i}", "resourceVersion": str(i)}}
+            pub.publish(K8sEvent(cluster="c1", type="ADDED", observed_at=datetime.now(UTC), object=obj))
+        assert pub.flush(30)
+    prod = pkafka.producer(settings, bootstrap)
+    prod.send(topic, key=b"bad", value=b"{not json")  # lands as a dead letter, counted as one
+    prod.flush()
+    prod.close()
+
+    stats = consume.run(settings, bootstrap, once=True)
+    assert stats.k8s_rows == 50 and stats.dead == 1
+    assert value("gangscope_records_consumed_total") == 51
+    assert value("gangscope_records_landed_total") == 51
+    assert value("gangscope_dead_letters_total") == 1
+    assert (telemetry.REGISTRY.get_sample_value("gangscope_batch_seconds_count") or 0) > batches_before
+    assert "pipeline" not in telemetry.health()[1]["components"]  # a clean stop is not a failure
