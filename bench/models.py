@@ -117,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         re = models.build(settings, con, only_stale=True)
         rebuild_s = time.perf_counter() - t
-        print(f"rebuild: {re.models} models, incremental: {', '.join(re.incremental)}", flush=True)
+        slow = sorted(re.per_model_s.items(), key=lambda kv: -kv[1])[:5]
+        print(f"rebuild: {re.models} models, incremental: {', '.join(re.incremental)}; slowest: "
+              + ", ".join(f"{k} {v:.2f}s" for k, v in slow), flush=True)
         con.close()
         t = time.perf_counter()
         con = lake.connect(settings)

@@ -210,11 +210,17 @@ def _replace(con: duckdb.DuckDBPyConnection, m: Model, kind: str, existing: dict
     existing[m.table] = kind
 
 
-def _input_high_water(con: duckdb.DuckDBPyConnection, m: Model) -> object:
-    """How far the model's input went at this build (its ``watermark_from`` column), else its own column."""
+def _input_high_water(con: duckdb.DuckDBPyConnection, m: Model, seen: dict[str, object]) -> object:
+    """How far the model's input went at this build (its ``watermark_from`` column), else its own column.
+
+    ``seen`` caches input marks within one build: several models read up to the same input column, and
+    an input is built before its readers and not touched after, so one scan of it answers them all.
+    """
     if m.watermark_from:
-        table, column = m.watermark_from.rsplit(".", 1)
-        return con.execute(f"SELECT max({column}) FROM {table}").fetchone()[0]
+        if m.watermark_from not in seen:
+            table, column = m.watermark_from.rsplit(".", 1)
+            seen[m.watermark_from] = con.execute(f"SELECT max({column}) FROM {table}").fetchone()[0]
+        return seen[m.watermark_from]
     return con.execute(f"SELECT max({m.watermark}) FROM {m.table}").fetchone()[0]
 
 
@@ -229,7 +235,8 @@ def _watermark(con: duckdb.DuckDBPyConnection, table: str, digest: str) -> tuple
                        [table, digest]).fetchone()
 
 
-def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: dict[str, str]) -> bool:
+def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: dict[str, str],
+               marks: dict[str, object]) -> bool:
     """Build one model; returns True when it was an incremental append."""
     if m.materialized == "view":
         _replace(con, m, "VIEW", existing)
@@ -249,7 +256,7 @@ def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: d
             _replace(con, m, "TABLE", existing)
             inc = False
         con.execute(f"DELETE FROM {WATERMARKS} WHERE model = ?", [m.table])
-        con.execute(f"INSERT INTO {WATERMARKS} VALUES (?, ?, ?)", [m.table, _input_high_water(con, m), digest])
+        con.execute(f"INSERT INTO {WATERMARKS} VALUES (?, ?, ?)", [m.table, _input_high_water(con, m, marks), digest])
         return inc
     _replace(con, m, "TABLE", existing)
     return False
@@ -283,10 +290,11 @@ def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, de
     try:
         state = source_state(con) + "|" + defs
         existing = _existing(con)
+        marks: dict[str, object] = {}
         for m in plan:
             t = time.perf_counter()
             try:
-                inc = _build_one(con, m, full, existing)
+                inc = _build_one(con, m, full, existing, marks)
             except duckdb.Error as e:
                 if lake.is_conflict(e):
                     raise

@@ -13,9 +13,11 @@
 -- column: pod: the pod the GPU was allocated to in that minute (dcgm-exporter pod labels)
 SELECT cluster, node, gpu, bucket AS ts, samples, namespace, pod
 FROM (
-    SELECT cluster, node, gpu, time_bucket(INTERVAL 1 MINUTE, ts) AS bucket, count(*) AS samples,
+    -- Buckets are time_bucket(width, ts)'s (origin 2000-01-03 00:00 UTC; data after it) computed on integer
+    -- microseconds: several times faster than time_bucket on TIMESTAMPTZ (the time-zone library).
+    SELECT cluster, node, gpu, make_timestamptz(us - (us - 946857600000000) % 60000000) AS bucket, count(*) AS samples,
            max(namespace) AS namespace, max(pod) AS pod
-    FROM staging.stg_metric_signals
+    FROM (SELECT *, epoch_us(ts) AS us FROM staging.stg_metric_signals)
     WHERE gpu IS NOT NULL AND node IS NOT NULL
       AND ts > coalesce(getvariable('watermark'), '-infinity'::TIMESTAMPTZ)
     GROUP BY ALL

@@ -13,9 +13,12 @@
 -- column: value: mean throughput of the series in the bucket (items/s)
 SELECT cluster, namespace, pod, job_name, bucket AS ts, value
 FROM (
-    SELECT cluster, namespace, pod, job_name, time_bucket(to_seconds(getvariable('bucket_s')), ts) AS bucket,
+    -- Buckets are time_bucket(width, ts)'s (origin 2000-01-03 00:00 UTC; data after it) computed on integer
+    -- microseconds: several times faster than time_bucket on TIMESTAMPTZ (the time-zone library).
+    SELECT cluster, namespace, pod, job_name, make_timestamptz(us - (us - 946857600000000) % width_us) AS bucket,
            avg(value) AS value
-    FROM staging.stg_metric_signals
+    FROM (SELECT *, epoch_us(ts) AS us, (getvariable('bucket_s') * 1000000)::BIGINT AS width_us
+          FROM staging.stg_metric_signals)
     WHERE signal = 'throughput' AND value IS NOT NULL
       AND ts > coalesce(getvariable('watermark'), '-infinity'::TIMESTAMPTZ)
     GROUP BY ALL

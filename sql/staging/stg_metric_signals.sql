@@ -37,30 +37,42 @@
 -- column: target: scrape target (URL, or instance for replayed files)
 -- column: scrape_job: scrape job (dcgm, node, kueue, scheduler, ray, training, ...)
 WITH signal_map AS (
+    -- How this stays fast (issue #6): samples are matched to the map by metric name alone (a semi join
+    -- against the few names present), labels are parsed once per series (~10^4), not per sample (~10^7),
+    -- and only counter samples go through the window that computes rates.
     SELECT unnest(getvariable('signal_map'), recursive := true)
 ),
-recent AS (
+recent AS NOT MATERIALIZED (
     -- From a margin before the watermark, so counters find their previous sample.
     SELECT cluster, ts, metric, labels, value, node, target, job, instance
     FROM raw.metric_samples
     WHERE ts > getvariable('watermark') - to_seconds(getvariable('max_rate_gap_s'))
 ),
+name_map AS (
+    -- Every map entry that matches each metric name present (a few dozen names, a few dozen rules).
+    SELECT n.metric, m.signal, m.kind, m.scale, m.label, m.label_value, m.priority
+    FROM (SELECT DISTINCT metric FROM recent) n
+    JOIN signal_map m
+      ON (m.match = 'exact' AND n.metric = m.metric)
+      OR (m.match = 'suffix' AND ends_with(n.metric, m.metric))
+      OR (m.match = 'regex' AND regexp_full_match(n.metric, m.metric))
+),
 series AS (
-    SELECT DISTINCT metric, labels FROM recent
+    -- One row per series of a mapped metric, with what the samples carry outside the labels.
+    SELECT DISTINCT cluster, target, job, instance, node, metric, labels
+    FROM recent
+    WHERE metric IN (SELECT metric FROM name_map)
 ),
 series_label AS (
     -- One row per series and label, the key lower-cased: label keys compare case-insensitively.
     SELECT metric, labels, lower(k) AS k, json_extract_string(labels, '$."' || k || '"') AS v
-    FROM series, unnest(json_keys(labels)) AS t(k)
+    FROM (SELECT DISTINCT metric, labels FROM series), unnest(json_keys(labels)) AS t(k)
 ),
 mapped AS (
-    -- The best signal-map entry per series (lowest priority number).
+    -- The best signal-map entry per (metric, labels) (lowest priority number).
     SELECT s.metric, s.labels, m.signal, m.kind, m.scale
-    FROM series s
-    JOIN signal_map m
-      ON (m.match = 'exact' AND s.metric = m.metric)
-      OR (m.match = 'suffix' AND ends_with(s.metric, m.metric))
-      OR (m.match = 'regex' AND regexp_full_match(s.metric, m.metric))
+    FROM (SELECT DISTINCT metric, labels FROM series) s
+    JOIN name_map m ON m.metric = s.metric
     WHERE m.label IS NULL
        OR EXISTS (SELECT 1 FROM series_label l
                   WHERE l.metric = s.metric AND l.labels = s.labels
@@ -89,65 +101,87 @@ attrs AS (
     LEFT JOIN series_label l ON l.metric = mp.metric AND l.labels = mp.labels
     GROUP BY ALL
 ),
+node_address AS (
+    SELECT cluster, address, min(node) AS node
+    FROM staging.stg_node_addresses
+    GROUP BY cluster, address
+),
+series_attrs AS MATERIALIZED (
+    -- Everything a sample's output row needs but its time and value, resolved once per series. `sid`
+    -- keys the join back; `rate_key` (cluster, target, metric, labels) partitions the counter window:
+    -- integers, not the labels text. Materialized: both keys must be the same in both uses.
+    SELECT row_number() OVER () AS sid,
+           dense_rank() OVER (ORDER BY x.cluster, x.target, x.metric, x.labels) AS rate_key,
+           x.cluster, x.target, x.job, x.instance, x.raw_node, x.metric, x.labels, x.signal, x.kind, x.scale,
+           coalesce(nullif(x.raw_node, ''), x.l_hostname, x.l_node, x.l_kubernetes_node, x.l_nodename, na.node)
+               AS node,
+           coalesce(x.l_gpu, x.l_gpu_uuid) AS gpu,
+           CASE
+               WHEN x.l_nvlink IS NOT NULL THEN 'nvlink' || x.l_nvlink
+               WHEN regexp_matches(x.metric, 'NVLINK.*_L[0-9]+(_|$)')
+                   THEN 'nvlink' || regexp_extract(x.metric, '_L([0-9]+)(_|$)', 1)
+               WHEN x.l_port IS NOT NULL AND x.l_device IS NOT NULL THEN x.l_device || '/' || x.l_port
+               WHEN x.l_cluster_queue IS NOT NULL THEN x.l_cluster_queue
+           END AS device,
+           CASE WHEN x.l_pod IS NOT NULL THEN x.l_namespace ELSE x.l_exported_namespace END AS namespace,
+           coalesce(x.l_pod, x.l_exported_pod) AS pod,
+           x.l_job_name AS job_name
+    FROM (SELECT *,
+                 CASE WHEN coalesce(r_inst, '') LIKE '[%'
+                      THEN regexp_extract(r_inst, '^\[([^\]]+)\]', 1)
+                      ELSE regexp_replace(coalesce(r_inst, ''), ':[0-9]+$', '') END AS instance_host
+          FROM (SELECT s.cluster, s.target, s.job, s.instance, s.node AS raw_node, s.metric, s.labels,
+                       a.* EXCLUDE (metric, labels), coalesce(nullif(s.instance, ''), a.l_instance) AS r_inst
+                FROM series s JOIN attrs a ON a.metric = s.metric AND a.labels = s.labels)) x
+    LEFT JOIN node_address na ON na.cluster = x.cluster AND na.address = x.instance_host
+),
 samples AS (
-    SELECT r.cluster, r.ts, r.metric, r.labels, r.target, r.job, r.instance, r.node AS raw_node, a.*
-           EXCLUDE (metric, labels),
+    SELECT sa.sid, sa.rate_key, sa.kind, sa.scale, r.ts,
            CASE WHEN isnan(r.value) THEN NULL
                 WHEN r.value >= 9223372036854775792 THEN NULL                     -- DCGM INT64 blank/not found/...
                 WHEN r.value BETWEEN 140737488355328.0 AND 140737488355331.0 THEN NULL  -- DCGM FP64 sentinels
                 ELSE r.value END AS v
     FROM recent r
-    JOIN attrs a ON a.metric = r.metric AND a.labels = r.labels
-),
-rated AS (
-    SELECT *,
-           lag(v IGNORE NULLS) OVER w AS prev_v,
-           lag(CASE WHEN v IS NOT NULL THEN ts END IGNORE NULLS) OVER w AS prev_ts
-    FROM samples
-    WINDOW w AS (PARTITION BY cluster, target, metric, labels ORDER BY ts)
+    JOIN series_attrs sa
+      ON sa.metric = r.metric AND sa.labels = r.labels AND sa.cluster IS NOT DISTINCT FROM r.cluster
+     AND sa.target IS NOT DISTINCT FROM r.target AND sa.job IS NOT DISTINCT FROM r.job
+     AND sa.instance IS NOT DISTINCT FROM r.instance AND sa.raw_node IS NOT DISTINCT FROM r.node
 ),
 valued AS (
-    SELECT *,
+    -- Gauges and codes pass straight through, and so do counter samples without a value (rate NULL);
+    -- counters become rates against the series' previous sample with a value.
+    SELECT sid, ts, v * scale AS value
+    FROM samples
+    WHERE (kind <> 'counter' OR v IS NULL) AND ts > getvariable('watermark')
+    UNION ALL
+    SELECT sid, ts,
            CASE
-               WHEN kind <> 'counter' THEN v * scale
-               WHEN v IS NULL OR prev_v IS NULL THEN NULL
+               WHEN prev_v IS NULL THEN NULL
                WHEN dt_s <= 0 OR dt_s > getvariable('max_rate_gap_s') THEN NULL
                WHEN v = 4294967295 AND prev_v = 4294967295 THEN NULL  -- saturated 32-bit counter: unknown
                WHEN v < prev_v THEN v / dt_s * scale  -- reset
                ELSE (v - prev_v) / dt_s * scale
-           END AS out_value,
-           CASE WHEN coalesce(r_inst, '') LIKE '[%'
-                THEN regexp_extract(r_inst, '^\[([^\]]+)\]', 1)
-                ELSE regexp_replace(coalesce(r_inst, ''), ':[0-9]+$', '') END AS instance_host
-    FROM (SELECT *, coalesce(nullif(instance, ''), l_instance) AS r_inst,
-                 (epoch_us(ts) - epoch_us(prev_ts)) / 1e6 AS dt_s  -- exact: epoch() doubles lose microseconds
-          FROM rated)
+           END
+    FROM (SELECT *, (epoch_us(ts) - epoch_us(prev_ts)) / 1e6 AS dt_s  -- exact: epoch() doubles lose microseconds
+          FROM (SELECT *, lag(v) OVER w AS prev_v, lag(ts) OVER w AS prev_ts
+                FROM samples
+                WHERE kind = 'counter' AND v IS NOT NULL
+                WINDOW w AS (PARTITION BY rate_key ORDER BY ts)))
     WHERE ts > getvariable('watermark')
-),
-node_address AS (
-    SELECT cluster, address, min(node) AS node
-    FROM staging.stg_node_addresses
-    GROUP BY cluster, address
 )
 SELECT
-    s.cluster,
-    s.ts,
-    s.signal,
-    s.metric,
-    coalesce(nullif(s.raw_node, ''), s.l_hostname, s.l_node, s.l_kubernetes_node, s.l_nodename, na.node) AS node,
-    coalesce(s.l_gpu, s.l_gpu_uuid) AS gpu,
-    CASE
-        WHEN s.l_nvlink IS NOT NULL THEN 'nvlink' || s.l_nvlink
-        WHEN regexp_matches(s.metric, 'NVLINK.*_L[0-9]+(_|$)')
-            THEN 'nvlink' || regexp_extract(s.metric, '_L([0-9]+)(_|$)', 1)
-        WHEN s.l_port IS NOT NULL AND s.l_device IS NOT NULL THEN s.l_device || '/' || s.l_port
-        WHEN s.l_cluster_queue IS NOT NULL THEN s.l_cluster_queue
-    END AS device,
-    CASE WHEN s.l_pod IS NOT NULL THEN s.l_namespace ELSE s.l_exported_namespace END AS namespace,
-    coalesce(s.l_pod, s.l_exported_pod) AS pod,
-    s.l_job_name AS job_name,
-    s.out_value AS value,
-    s.target,
-    s.job AS scrape_job
-FROM valued s
-LEFT JOIN node_address na ON na.cluster = s.cluster AND na.address = s.instance_host
+    sa.cluster,
+    v.ts,
+    sa.signal,
+    sa.metric,
+    sa.node,
+    sa.gpu,
+    sa.device,
+    sa.namespace,
+    sa.pod,
+    sa.job_name,
+    v.value,
+    sa.target,
+    sa.job AS scrape_job
+FROM valued v
+JOIN series_attrs sa USING (sid)

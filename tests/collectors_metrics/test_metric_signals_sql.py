@@ -192,3 +192,52 @@ def test_scrape_health(lk: Lake) -> None:
     got = lk.con.execute((SQL / "stg_scrape_health.sql").read_text() + " ORDER BY scraped_at").fetchall()
     assert [(r[5], r[7], r[8], r[9]) for r in got] == [(True, 200, None, None), (False, 0, "timeout after 5s", 15.0),
                                                        (True, 199, "line 8: bad value 'x'", 15.0)]
+
+
+@pytest.mark.parametrize("bucket_s", [7.0, 60.0])
+def test_integer_buckets_are_time_buckets(lk: Lake, bucket_s: float) -> None:
+    """The intermediate models bucket on integer microseconds for speed; the buckets must be time_bucket's."""
+    for i in range(40):
+        for g in ("0", "1"):
+            labels = {"gpu": g, "Hostname": "gpu-a", "pod": "p", "namespace": "n"}
+            lk.add(i, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", labels, 1000.0 + i * (1 + int(g)))
+        lk.add(i, "train_tokens_per_second", {"pod": "p", "namespace": "n"}, 5.0 + i, job="training")
+    lk.rows = [(*r[:1], r[1] + timedelta(microseconds=123457 * (r[10] % 9)), *r[2:]) for r in lk.rows]  # ragged times
+    lk.signals()
+    lk.con.execute("CREATE TABLE staging.stg_metric_signals AS " + (SQL / "stg_metric_signals.sql").read_text())
+    lk.con.execute("SET VARIABLE bucket_s = ?", [bucket_s])
+    inter = SQL.parent / "intermediate"
+    got_bw = lk.con.execute((inter / "int_node_bandwidth.sql").read_text()).fetchall()
+    want_bw = lk.con.execute(
+        "SELECT cluster, node, signal, time_bucket(to_seconds(?), ts) AS b, avg(value) * count(DISTINCT gpu), "
+        "count(DISTINCT gpu) FROM staging.stg_metric_signals WHERE signal = 'nvlink_bw' GROUP BY ALL",
+        [bucket_s]).fetchall()
+    assert sorted(got_bw) == sorted(want_bw) and len(got_bw) >= 10
+    got_tp = lk.con.execute((inter / "int_throughput_buckets.sql").read_text()).fetchall()
+    want_tp = lk.con.execute(
+        "SELECT cluster, namespace, pod, job_name, time_bucket(to_seconds(?), ts), avg(value) "
+        "FROM staging.stg_metric_signals WHERE signal = 'throughput' GROUP BY ALL", [bucket_s]).fetchall()
+    assert sorted(got_tp) == sorted(want_tp)
+    got_gp = lk.con.execute((inter / "int_gpu_presence.sql").read_text()).fetchall()
+    want_gp = lk.con.execute(
+        "SELECT cluster, node, gpu, time_bucket(INTERVAL 1 MINUTE, ts), count(*), max(namespace), max(pod) "
+        "FROM staging.stg_metric_signals WHERE gpu IS NOT NULL GROUP BY ALL").fetchall()
+    assert sorted(got_gp) == sorted(want_gp) and {r[4] for r in got_gp} <= {4, 8}
+
+
+def test_counter_gaps_and_one_label_set_on_two_instances(lk: Lake) -> None:
+    """A rate skips NULL samples (sentinels); the same labels from two instances are two series, each attributed."""
+    labels = {"device": "mlx5_0", "port": "1"}
+    values = [0, 1500, 9223372036854775794, 4500, 6000]  # third sample is a DCGM-style blank: NULL
+    for i, v in enumerate(values):
+        lk.add(i, "node_infiniband_port_data_received_bytes_total", labels, v, job="node", instance="gpu-b:9100",
+               target="t-b")
+        lk.add(i, "node_infiniband_port_data_received_bytes_total", labels, v * 2, job="node", instance="10.7.7.7:9100",
+               target="t-c", node="gpu-c")
+    rows = lk.signals()
+    b = _pick(rows, target="t-b")
+    c = _pick(rows, target="t-c")
+    assert [r["value"] for r in b] == [None, 100.0, None, 100.0, 100.0]  # 3000 over 30 s across the gap
+    assert [r["value"] for r in c] == [None, 200.0, None, 200.0, 200.0]
+    assert {r["node"] for r in b} == {"gpu-b"} and {r["node"] for r in c} == {"gpu-c"}
+    assert len(rows) == 10  # nothing doubled by the series join

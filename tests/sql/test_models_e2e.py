@@ -38,6 +38,11 @@ def test_simulated_scenario_end_to_end(settings, tmp_path: Path, capsys: pytest.
 
 
 def test_models_build_command(offline_settings, capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline import lake
+
+    assert cli.main(["models", "build", "--data", str(offline_settings.data)]) == 2  # no lake: a clear error
+    assert "no lake at" in capsys.readouterr().err
+    lake.connect(offline_settings).close()  # an empty lake: builds, and finds nothing
     assert cli.main(["models", "build", "--data", str(offline_settings.data)]) == 0
     assert "built" in capsys.readouterr().out
     assert cli.main(["diagnose", "--data", str(offline_settings.data)]) == 0
