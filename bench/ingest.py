@@ -152,8 +152,8 @@ def main() -> int:
                 assert stats.samples == samples and stats.dead == 0, stats
                 landeds.append(samples / stats.active_s)
                 print(f"(b) pipeline landing, run {run + 1}: {stats.active_s:.2f}s in {stats.batches} batches, "
-                      f"{landeds[-1]:,.0f} samples/s (lander thread: decode {stats.decode_s:.2f}s, "
-                      f"lake writes {stats.write_s:.2f}s)")
+                      f"{landeds[-1]:,.0f} samples/s (decoder thread: {stats.decode_s:.2f}s, "
+                      f"writer thread: {stats.write_s:.2f}s)")
             raw, landed = median(raws), median(landeds)
             rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             print(f"medians of {args.repeat}: raw {raw:,.0f} samples/s, landed {landed:,.0f} samples/s")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gangscope.records import K8S, K8S_TYPES, RELIST_BEGIN, RELIST_END, SCRAPE, VERSION
 
@@ -153,6 +154,30 @@ def decode_k8s(values: list[bytes]) -> Decoded:
     return Decoded(rows, dead)
 
 
+def _has_bad_label_set(df: pl.DataFrame) -> pl.Expr:
+    """Whether a record carries a label set that is not a JSON object.
+
+    Each distinct label set of the batch is parsed once (a 2,000-record dcgm batch has 16,000 label
+    sets but only a few hundred distinct ones): checking every one per record took 20% of decoding.
+    """
+    sets = df.get_column("ls").explode().drop_nulls().unique()
+    bad = sets.filter(~sets.str.starts_with("{") | sets.str.json_path_match("$").is_null())
+    if not bad.len():
+        return pl.lit(False)
+    return pl.col("ls").list.eval(pl.element().is_in(bad.implode())).list.any()
+
+
+def _coded(indices: pl.Series, values: pl.Series) -> pa.DictionaryArray:
+    """``values[indices]`` as an Arrow dictionary array with each distinct string once.
+
+    Strings stay dictionary-coded so they are never copied per sample on the way into DuckDB, and
+    the dictionary is deduplicated across the batch (a label set repeats in every scrape of its
+    node): DuckDB's Parquet writer then hashes fewer distinct strings (labels column ~20% cheaper).
+    """
+    enc = pc.dictionary_encode(values.to_arrow())
+    return pa.DictionaryArray.from_arrays(enc.indices.take(indices.cast(pl.Int32).to_arrow()), enc.dictionary)
+
+
 def decode_scrapes(values: list[bytes]) -> Decoded:
     """Scrape batches -> one row per sample (``rows``, with ``_i``) and one per scrape (``scrapes``)."""
     df, idx, dead = _read(values, SCRAPE_SCHEMA)
@@ -185,9 +210,7 @@ def decode_scrapes(values: list[bytes]) -> Decoded:
         .when(out_of("li", nls)).then(pl.lit("a series refers to a label set that does not exist"))
         .when(ln["ni"] != ln["nv"]).then(pl.lit("non-finite columns differ in length (ni, nv)"))
         .when(out_of("ni", ns)).then(pl.lit("a non-finite marker refers to a sample that does not exist"))
-        .when(pl.col("ls").list.eval(~pl.element().str.starts_with("{")
-                                     | pl.element().str.json_path_match("$").is_null()).list.any())
-        .then(pl.lit("a label set is not a JSON object"))
+        .when(_has_bad_label_set(df)).then(pl.lit("a label set is not a JSON object"))
         .when(pl.col("dt").list.eval(pl.element().is_null()).list.any())
         .then(pl.lit("a sample without a time offset (dt)"))
         .otherwise(None)
@@ -229,26 +252,20 @@ def decode_scrapes(values: list[bytes]) -> Decoded:
     name_idx = (series["_names0"] + series["mi"]).gather(gidx)
     set_idx = (series["_sets0"] + series["li"]).gather(gidx)
     rec = ex["_r"]
-
-    def coded(indices: pl.Series, values: pl.Series) -> pa.DictionaryArray:
-        # Strings stay dictionary-coded (a label set is shared by ~25 samples of a dcgm scrape), so
-        # they are never copied per sample on the way into DuckDB.
-        return pa.DictionaryArray.from_arrays(indices.cast(pl.Int32).to_arrow(), values.to_arrow())
-
-    labels = coded(set_idx, sets["ls"])
+    labels = _coded(set_idx, sets["ls"])
     # Validated above, once per label set: typed as JSON so DuckDB does not re-validate every sample.
     labels = pa.DictionaryArray.from_arrays(labels.indices, pa.ExtensionArray.from_storage(
         pa.json_(labels.dictionary.type), labels.dictionary))
     rows = pa.table({
-        "cluster": coded(rec, withs["cluster"]),
+        "cluster": _coded(rec, withs["cluster"]),
         "ts": ts.cast(_TS).to_arrow(),
-        "metric": coded(name_idx, names),
+        "metric": _coded(name_idx, names),
         "labels": labels,
         "value": value.to_arrow(),
-        "node": coded(set_idx, sets["n"]),
-        "target": coded(rec, withs["target"]),
-        "job": coded(rec, withs["job"]),
-        "instance": coded(rec, withs["instance"]),
+        "node": _coded(set_idx, sets["n"]),
+        "target": _coded(rec, withs["target"]),
+        "job": _coded(rec, withs["job"]),
+        "instance": _coded(rec, withs["instance"]),
         "_i": ex["_i"].to_arrow(),
     })
     return Decoded(rows, dead, scrapes)

@@ -142,15 +142,25 @@ def connect(settings: Settings, read_only: bool = False, create: bool = True) ->
     if create and not read_only:
         settings.data.mkdir(parents=True, exist_ok=True)
         settings.lake_path.mkdir(parents=True, exist_ok=True)
+    elif read_only:
+        require(settings)  # a clear error, not DuckDB's "unable to open database file"
     con = duckdb.connect(config={"threads": os.cpu_count() or 2})
     load_extensions(con, catalog_extensions(settings))
     retry(lambda: con.execute(attach_sql(settings, read_only=read_only)))
     con.execute(f"USE {ALIAS}")
-    if create and not read_only:
+    if not read_only:
+        # Every writable attach makes sure the schemas and raw tables exist (cheap: IF NOT EXISTS). An attach
+        # creates an empty catalog when there is none, so a writer that skipped this left a lake where readers
+        # failed with "schema raw does not exist".
         def init() -> None:
             for schema in SCHEMAS:
                 con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
             con.execute(RAW_DDL)
+            # zstd: Parquet files 2.3x smaller than DuckLake's default snappy (0.18 vs 0.41 bytes per dcgm
+            # sample) at the same write CPU (~0.5 us/sample either way, measured on 400k-sample inserts).
+            # Set once, lake-wide; an operator's own choice (CALL lake.set_option) is kept.
+            if not con.execute(f"SELECT 1 FROM {ALIAS}.options() WHERE option_name = 'parquet_compression'").fetchone():
+                con.execute(f"CALL {ALIAS}.set_option('parquet_compression', 'zstd')")
 
         retry(init)
         _sqlite_wal(settings)

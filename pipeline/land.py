@@ -19,6 +19,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from gangscope import telemetry
 from pipeline import lake
 from pipeline.decode import Decoded, decode_k8s, decode_scrapes
 
@@ -127,27 +128,44 @@ _INSERT = {
 }
 
 
+@dataclass
+class Prepared:
+    """A batch decoded into the frames of its lake transaction: ``prepare`` builds it, ``write`` lands it.
+
+    The two halves run on different threads in the consume loop, so batch N+1 is decoded while
+    batch N is written (Polars and DuckDB release the GIL).
+    """
+
+    batch: list[Record]
+    stored: dict[TopicPartition, int]  # offsets known stored when prepared: records below were skipped
+    fresh: list[Record] = field(default_factory=list)  # the batch minus those skipped records
+    frames: dict[str, pl.DataFrame | pa.Table] = field(default_factory=dict)
+    dead: list[tuple[Record, str]] = field(default_factory=list)
+    nxt: dict[TopicPartition, int] = field(default_factory=dict)  # next offset per partition after the batch
+    low: dict[TopicPartition, int] = field(default_factory=dict)  # first offset per partition in the batch
+    skipped: int = 0
+    decode_s: float = 0.0
+
+
 def land(con: duckdb.DuckDBPyConnection, batch: list[Record], topic_ids: dict[str, str] | None = None) -> LandStats:
     """Decode ``batch`` in bulk and land rows, dead letters and next offsets in one transaction.
 
     ``batch`` holds (topic, partition, offset, value); records whose offset is below the stored
     next offset of their partition were landed before and are skipped. Returns what was landed.
     """
-    stats = LandStats(records=len(batch))
-    if not batch:
-        return stats
-    return _land(con, batch, topic_ids, stats, {})
+    return write(con, prepare(batch, topic_ids), topic_ids)
 
 
-def _land(con: duckdb.DuckDBPyConnection, batch: list[Record], topic_ids: dict[str, str] | None, stats: LandStats,
-          stored: dict[TopicPartition, int]) -> LandStats:
+def prepare(batch: list[Record], topic_ids: dict[str, str] | None = None,
+            stored: dict[TopicPartition, int] | None = None) -> Prepared:
+    """Decode ``batch`` (minus records below ``stored``) into the frames ``write`` lands."""
+    stored = stored or {}
     fresh = [r for r in batch if r[2] >= stored.get((r[0], r[1]), 0)]
-    stats.skipped = len(batch) - len(fresh)
+    prep = Prepared(batch, stored, fresh, skipped=len(batch) - len(fresh))
     if not fresh:
-        return stats
+        return prep
     t0 = time.perf_counter()
     frames, dead = _decode(fresh)
-    stats.decode_s += time.perf_counter() - t0
     now = datetime.now(UTC)
     if dead:
         frames["dead_letters"] = pl.DataFrame({
@@ -158,21 +176,28 @@ def _land(con: duckdb.DuckDBPyConnection, batch: list[Record], topic_ids: dict[s
             "reason": [why for _, why in dead],
             "payload": pl.Series([r[3] for r, _ in dead], dtype=pl.Binary),
         })
-        for (topic, part, off, _), why in dead[:5]:
-            log.warning("dead letter %s[%d]@%d: %s", topic, part, off, why)
-    nxt: dict[TopicPartition, int] = {}
     for topic, part, off, _ in fresh:
-        nxt[(topic, part)] = max(nxt.get((topic, part), 0), off + 1)
+        tp = (topic, part)
+        prep.nxt[tp] = max(prep.nxt.get(tp, 0), off + 1)
+        prep.low[tp] = min(prep.low.get(tp, off), off)
     frames["kafka_offsets"] = pl.DataFrame({
-        "topic": [t for t, _ in nxt],
-        "partition": pl.Series([p for _, p in nxt], dtype=pl.Int32),
-        "next_offset": pl.Series(list(nxt.values()), dtype=pl.Int64),
-        "landed_at": [now] * len(nxt),
-        "topic_id": [(topic_ids or {}).get(t, "") for t, _ in nxt],
+        "topic": [t for t, _ in prep.nxt],
+        "partition": pl.Series([p for _, p in prep.nxt], dtype=pl.Int32),
+        "next_offset": pl.Series(list(prep.nxt.values()), dtype=pl.Int64),
+        "landed_at": [now] * len(prep.nxt),
+        "topic_id": [(topic_ids or {}).get(t, "") for t, _ in prep.nxt],
     })
-    low: dict[TopicPartition, int] = {}
-    for topic, part, off, _ in fresh:
-        low[(topic, part)] = min(low.get((topic, part), off), off)
+    prep.frames, prep.dead = frames, dead
+    prep.decode_s = time.perf_counter() - t0
+    return prep
+
+
+def write(con: duckdb.DuckDBPyConnection, prep: Prepared, topic_ids: dict[str, str] | None = None) -> LandStats:
+    """Land a prepared batch in one transaction; what turns out landed meanwhile is skipped (re-prepared)."""
+    stats = LandStats(records=len(prep.batch), skipped=prep.skipped, decode_s=prep.decode_s)
+    if not prep.nxt:
+        return stats
+    frames, low = prep.frames, prep.low
 
     def transaction() -> dict[TopicPartition, int] | None:
         con.execute("BEGIN TRANSACTION")
@@ -200,10 +225,16 @@ def _land(con: duckdb.DuckDBPyConnection, batch: list[Record], topic_ids: dict[s
     stats.write_s += time.perf_counter() - t0
     if landed_before is not None:
         log.info("part of a batch was landed before; landing the rest")
-        return _land(con, batch, topic_ids, stats, landed_before)
+        again = write(con, prepare(prep.batch, topic_ids, landed_before), topic_ids)
+        again.decode_s += stats.decode_s
+        again.write_s += stats.write_s
+        return again
+    telemetry.batch_landed(prep.fresh, prep.dead, stats.decode_s + stats.write_s)
+    for (topic, part, off, _), why in prep.dead[:5]:
+        log.warning("dead letter %s[%d]@%d: %s", topic, part, off, why)
     stats.k8s_rows = frames["k8s_objects"].height if "k8s_objects" in frames else 0
     stats.samples = frames["metric_samples"].num_rows if "metric_samples" in frames else 0
     stats.scrapes = frames["scrapes"].height if "scrapes" in frames else 0
-    stats.dead = len(dead)
-    stats.next_offsets = nxt
+    stats.dead = len(prep.dead)
+    stats.next_offsets = prep.nxt
     return stats

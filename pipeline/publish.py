@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from gangscope import telemetry
 from gangscope.config import Settings
 from gangscope.records import K8S, SCRAPE, K8sEvent, ScrapeBatch
 from pipeline import kafka as pkafka
@@ -69,6 +70,7 @@ class Publisher:
         self._producer: Any = None
         self._thread = threading.Thread(target=self._run, name="gangscope-publisher", daemon=True)
         self._thread.start()
+        telemetry.track_publisher(self)
 
     # -- API ---------------------------------------------------------------------------
     @property
@@ -134,7 +136,7 @@ class Publisher:
         """Drop the oldest queued records beyond the bound (caller holds the lock)."""
         over = len(self._buf) + self._inflight - self._max
         while over > 0 and self._buf:
-            self._buf.popleft()
+            telemetry.PUBLISHER_DROPPED.labels(self._buf.popleft().topic).inc()
             self.dropped += 1
             over -= 1
         if self.dropped != self._dropped_logged:

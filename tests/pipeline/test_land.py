@@ -186,3 +186,27 @@ def test_a_failed_scrape_lands_its_health_row_and_no_samples(con) -> None:
     assert con.execute("SELECT up, samples, error, target FROM raw.scrapes").fetchall() == [
         (False, 0, "HTTP 503", "http://n9:9400/metrics")]
     assert con.execute("SELECT count(*) FROM raw.metric_samples").fetchone() == (0,)
+
+
+def test_a_bad_label_set_kills_only_its_record_and_shared_label_sets_land_per_record(con) -> None:
+    """Label sets are checked once per distinct set and stored deduplicated across the batch: neither may
+    mix records up (a set shared by two scrapes lands for both; a broken one kills only its scrape)."""
+    rec = json.loads(dcgm_scrape(4).to_bytes())
+    not_object = dict(rec, ls=['["gpu","0"]', *rec["ls"][1:]])
+    not_json = dict(rec, ls=['{"gpu":', *rec["ls"][1:]])
+    same_sets = [dcgm_scrape(7), dcgm_scrape(7)]  # identical label sets in two records
+    same_sets[1].target = "http://other:9400/metrics"
+    batch = [(M, 0, 0, same_sets[0].to_bytes()), (M, 0, 1, json.dumps(not_object).encode()),
+             (M, 0, 2, json.dumps(not_json).encode()), (M, 0, 3, same_sets[1].to_bytes())]
+    stats = land(con, batch)
+    assert (stats.scrapes, stats.samples, stats.dead) == (2, 8, 2)
+    reasons = dict(con.execute('SELECT "offset", reason FROM raw.dead_letters').fetchall())
+    assert reasons == {1: "a label set is not a JSON object", 2: "a label set is not a JSON object"}
+    rows = con.execute("SELECT kafka_offset, target, metric, labels->>'gpu', labels->>'seq', node, value "
+                       "FROM raw.metric_samples ORDER BY kafka_offset, metric, labels->>'gpu'").fetchall()
+    want = []
+    for off, b in ((0, same_sets[0]), (3, same_sets[1])):
+        for s, v in zip(b.sample_series, b.sample_value, strict=True):
+            lbl = b.series_labels[s]
+            want.append((off, b.target, b.series_metric[s], lbl["gpu"], "7", lbl["Hostname"], v))
+    assert rows == sorted(want, key=lambda r: (r[0], r[2], r[3]))
