@@ -146,6 +146,8 @@ samples AS (
       ON sa.metric = r.metric AND sa.labels = r.labels AND sa.cluster IS NOT DISTINCT FROM r.cluster
      AND sa.target IS NOT DISTINCT FROM r.target AND sa.job IS NOT DISTINCT FROM r.job
      AND sa.instance IS NOT DISTINCT FROM r.instance AND sa.raw_node IS NOT DISTINCT FROM r.node
+    -- A scrape landed twice (a collector that restarted and re-sent, a file replayed twice) is one sample.
+    QUALIFY row_number() OVER (PARTITION BY sa.sid, r.ts) = 1
 ),
 valued AS (
     -- Gauges and codes pass straight through, and so do counter samples without a value (rate NULL);

@@ -241,3 +241,15 @@ def test_counter_gaps_and_one_label_set_on_two_instances(lk: Lake) -> None:
     assert [r["value"] for r in c] == [None, 200.0, None, 200.0, 200.0]
     assert {r["node"] for r in b} == {"gpu-b"} and {r["node"] for r in c} == {"gpu-c"}
     assert len(rows) == 10  # nothing doubled by the series join
+
+
+def test_a_scrape_landed_twice_gives_each_sample_once(lk: Lake) -> None:
+    gpu = {"gpu": "0", "Hostname": "gpu-a"}
+    ib = {"device": "mlx5_0", "port": "1"}
+    for _ in range(2):  # the same three scrapes re-sent, e.g. by a collector that restarted
+        for i in range(3):
+            lk.add(i, "DCGM_FI_DEV_GPU_UTIL", gpu, 90 + i)
+            lk.add(i, "node_infiniband_port_data_received_bytes_total", ib, 1500 * i, node="gpu-a")
+    rows = lk.signals()
+    assert [r["value"] for r in _pick(rows, signal="gpu_util")] == [90, 91, 92]
+    assert [r["value"] for r in _pick(rows, signal="ib_bw")] == [None, 100.0, 100.0]  # rates unharmed by the copy
