@@ -108,17 +108,22 @@ def _job(entry: dict[str, Any], where: str) -> str:
     return job
 
 
+def _check_keys(entry: Any, where: str, known: set[str], needs: str) -> None:
+    """A config entry is a mapping of known keys; the error names the entry and the key."""
+    if not isinstance(entry, dict):
+        raise UserError(f"{where}: expected a mapping with {needs}")
+    unknown = sorted(set(entry) - known)
+    if unknown:
+        raise UserError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+
+
 def static_targets(settings: Settings) -> list[Target]:
     """``metrics.targets``, validated; every problem names the entry and the key."""
     out: list[Target] = []
     seen: set[str] = set()
     for i, entry in enumerate(settings.metrics.targets):
         where = f"metrics.targets[{i}]"
-        if not isinstance(entry, dict):
-            raise UserError(f"{where}: expected a mapping with url and job")
-        unknown = sorted(set(entry) - _STATIC_KEYS)
-        if unknown:
-            raise UserError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_STATIC_KEYS))})")
+        _check_keys(entry, where, _STATIC_KEYS, "url and job")
         url = entry.get("url")
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
@@ -155,11 +160,7 @@ def discovery_rules(settings: Settings) -> list[DiscoveryRule]:
     out: list[DiscoveryRule] = []
     for i, raw in enumerate(settings.metrics.discovery):
         where = f"metrics.discovery[{i}]"
-        if not isinstance(raw, dict):
-            raise UserError(f"{where}: expected a mapping with at least job")
-        unknown = sorted(set(raw) - _DISCOVERY_KEYS)
-        if unknown:
-            raise UserError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_DISCOVERY_KEYS))})")
+        _check_keys(raw, where, _DISCOVERY_KEYS, "at least job")
         job = _job(raw, where)
         entry = {**PRESETS.get(job, {}), **raw}
         port = entry.get("port")

@@ -157,19 +157,26 @@ def test_discovery_lists_pods_and_labels_training_samples(tmp_path: Path) -> Non
     assert b.series_labels[0] == {"node": "gpu-node-1", "pod": "llm-0", "namespace": "team-a"}
 
 
-def test_serve_loop_scrapes_every_interval_and_stops(tmp_path: Path) -> None:
+def _serve_until_up(tmp_path: Path, n: int, *, interval_s: float, timeout_s: float, **settings: object) -> list:
+    """Run ``serve`` on one local target until ``n`` scrapes succeeded; what it emitted. The loop must stop."""
     got: list[ScrapeBatch] = []
     with http_serve({"/m": Route(h100_scrape("n", gpus=1))}) as (base, _):
-        s = _settings(tmp_path, targets=[{"url": f"{base}/m", "job": "dcgm", "interval_s": 0.4, "timeout_s": 0.4}])
+        s = _settings(tmp_path, **settings,
+                      targets=[{"url": f"{base}/m", "job": "dcgm", "interval_s": interval_s, "timeout_s": interval_s}])
         stop = threading.Event()
         th = threading.Thread(target=serve, args=(s, got.append, stop))
         th.start()
-        deadline = time.monotonic() + 20
-        while sum(b.up for b in got) < 3 and time.monotonic() < deadline:
+        deadline = time.monotonic() + timeout_s
+        while sum(b.up for b in got) < n and time.monotonic() < deadline:
             time.sleep(0.05)
         stop.set()
-        th.join(10)
+        th.join(timeout_s / 2)
     assert not th.is_alive()
+    return got
+
+
+def test_serve_loop_scrapes_every_interval_and_stops(tmp_path: Path) -> None:
+    got = _serve_until_up(tmp_path, 3, interval_s=0.4, timeout_s=20)
     up = [b for b in got if b.up]
     assert len(up) >= 3 and all(len(b.sample_value) == 25 for b in up)
     times = [b.scraped_at_ms for b in up]
@@ -244,19 +251,7 @@ def test_worker_pool_builds_the_same_records() -> None:
 def test_serve_with_parse_workers(tmp_path: Path) -> None:
     from collectors.metrics.scrape import EncodedScrapeBatch
 
-    got: list[ScrapeBatch] = []
-    with http_serve({"/m": Route(h100_scrape("n", gpus=1))}) as (base, _):
-        s = _settings(tmp_path, parse_workers=1,
-                      targets=[{"url": f"{base}/m", "job": "dcgm", "interval_s": 0.5, "timeout_s": 0.5}])
-        stop = threading.Event()
-        th = threading.Thread(target=serve, args=(s, got.append, stop))
-        th.start()
-        deadline = time.monotonic() + 30
-        while sum(b.up for b in got) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        stop.set()
-        th.join(15)
-    assert not th.is_alive()
+    got = _serve_until_up(tmp_path, 2, interval_s=0.5, timeout_s=30, parse_workers=1)
     up = [b for b in got if b.up]
     assert len(up) >= 2 and all(isinstance(b, EncodedScrapeBatch) and b.samples == 25 for b in up)
     assert len(json.loads(up[0].to_bytes())["x"]) == 25

@@ -62,3 +62,17 @@ def pipeline_env(settings: Settings, **pipeline: object) -> dict[str, str]:
 def start_pipeline(settings: Settings, *extra: str, **pipeline: object) -> subprocess.Popen[bytes]:
     return subprocess.Popen(pipeline_cmd(settings, *extra), env=pipeline_env(settings, **pipeline), cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def publish(settings: Settings, events: range, scrapes: range = range(0)) -> dict[tuple[str, int], int]:
+    """Publish pod events and dcgm scrapes to the settings' broker; the acknowledged next offsets."""
+    from pipeline.publish import Publisher
+
+    assert settings.kafka.bootstrap_servers
+    with Publisher(settings, settings.kafka.bootstrap_servers) as pub:
+        for i in events:
+            pub.publish(pod_event(i))
+        for i in scrapes:
+            pub.publish(dcgm_scrape(i))
+        assert pub.flush(60)
+        return pub.acked_offsets()

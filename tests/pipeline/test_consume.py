@@ -10,19 +10,7 @@ import time
 
 from gangscope import config
 from pipeline import consume, lake
-from pipeline.publish import Publisher
-from tests.pipeline.helpers import dcgm_scrape, pod_event, start_pipeline
-
-
-def _publish(settings: config.Settings, events: range, scrapes: range = range(0)) -> dict[tuple[str, int], int]:
-    assert settings.kafka.bootstrap_servers
-    with Publisher(settings, settings.kafka.bootstrap_servers) as pub:
-        for i in events:
-            pub.publish(pod_event(i))
-        for i in scrapes:
-            pub.publish(dcgm_scrape(i))
-        assert pub.flush(60)
-        return pub.acked_offsets()
+from tests.pipeline.helpers import publish, start_pipeline
 
 
 def _counts(settings: config.Settings, con=None) -> tuple[int, int, int, int]:
@@ -42,10 +30,10 @@ def _counts(settings: config.Settings, con=None) -> tuple[int, int, int, int]:
 def test_restart_resumes_where_it_stopped_whatever_kafka_committed(settings: config.Settings) -> None:
     bootstrap = settings.kafka.bootstrap_servers
     assert bootstrap
-    _publish(settings, range(0, 150), range(0, 50))
+    publish(settings, range(0, 150), range(0, 50))
     first = consume.run(settings, bootstrap, once=True)
     assert (first.k8s_rows, first.scrapes, first.samples, first.dead) == (150, 50, 200, 0)
-    acked = _publish(settings, range(150, 250), range(50, 60))
+    acked = publish(settings, range(150, 250), range(50, 60))
     # Another group has no Kafka-committed offsets at all: the lake's stored offsets decide.
     settings.pipeline.group_id += "-other"
     second = consume.run(settings, bootstrap, until=acked)
@@ -56,7 +44,7 @@ def test_restart_resumes_where_it_stopped_whatever_kafka_committed(settings: con
 def test_until_returns_once_the_given_offsets_are_landed(settings: config.Settings) -> None:
     bootstrap = settings.kafka.bootstrap_servers
     assert bootstrap
-    acked = _publish(settings, range(40))
+    acked = publish(settings, range(40))
     stop = threading.Event()
     timer = threading.Timer(60, stop.set)  # safety net only
     timer.start()
@@ -73,7 +61,7 @@ def test_until_returns_once_the_given_offsets_are_landed(settings: config.Settin
 
 
 def test_two_pipelines_in_one_group_split_partitions_and_land_each_record_once(settings: config.Settings) -> None:
-    _publish(settings, range(1200), range(300))
+    publish(settings, range(1200), range(300))
     procs = [start_pipeline(settings, "--once", batch_records=40) for _ in range(2)]
     outs = []
     for p in procs:
@@ -93,7 +81,7 @@ def test_analyst_reads_while_the_pipeline_writes_and_sigterm_lands_the_batch(set
     proc = start_pipeline(settings, batch_records=10)
     try:
         seen = []
-        _publish(settings, range(0, 200))
+        publish(settings, range(0, 200))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             seen.append(_counts(settings, analyst)[0])  # read-only, mid-ingest
@@ -102,7 +90,7 @@ def test_analyst_reads_while_the_pipeline_writes_and_sigterm_lands_the_batch(set
             time.sleep(0.1)
         assert seen[-1] == 200
         assert any(0 < n < 200 for n in seen), seen  # read while batches were still landing
-        _publish(settings, range(200, 260))
+        publish(settings, range(200, 260))
         time.sleep(1.0)
         proc.send_signal(signal.SIGTERM)
         try:

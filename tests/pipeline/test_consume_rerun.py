@@ -7,18 +7,7 @@ import threading
 from gangscope import config
 from pipeline import consume, lake
 from pipeline.publish import Publisher
-from tests.pipeline.helpers import dcgm_scrape, pod_event
-
-
-def _publish(settings: config.Settings, events: range, scrapes: range = range(0)) -> dict[tuple[str, int], int]:
-    assert settings.kafka.bootstrap_servers
-    with Publisher(settings, settings.kafka.bootstrap_servers) as pub:
-        for i in events:
-            pub.publish(pod_event(i))
-        for i in scrapes:
-            pub.publish(dcgm_scrape(i))
-        assert pub.flush(60)
-        return pub.acked_offsets()
+from tests.pipeline.helpers import pod_event, publish
 
 
 def _run_until(settings: config.Settings, acked: dict[tuple[str, int], int]) -> consume.ConsumeStats:
@@ -49,19 +38,19 @@ def _rows(settings: config.Settings) -> tuple[int, int, int, int]:
 
 def test_consecutive_runs_in_one_process_same_group(settings: config.Settings) -> None:
     assert not settings.lake_path.exists() and not settings.data.exists()  # a fresh data dir: no lake yet
-    first = _run_until(settings, _publish(settings, range(0, 60), range(0, 10)))
+    first = _run_until(settings, publish(settings, range(0, 60), range(0, 10)))
     assert (first.k8s_rows, first.scrapes, first.samples, first.dead) == (60, 10, 40, 0)
     # The same group again, right after the first consumer left: it must rejoin, not wait on a rebalance.
-    second = _run_until(settings, _publish(settings, range(60, 100), range(10, 15)))
+    second = _run_until(settings, publish(settings, range(60, 100), range(10, 15)))
     assert (second.k8s_rows, second.scrapes, second.skipped, second.dead) == (40, 5, 0, 0)
-    third = _run_until(settings, _publish(settings, range(100, 110)))
+    third = _run_until(settings, publish(settings, range(100, 110)))
     assert (third.k8s_rows, third.scrapes) == (10, 0)
     assert _rows(settings) == (110, 110, 60, 60)  # nothing lost, nothing doubled
 
 
 def test_run_once_creates_the_lake_on_a_fresh_data_dir(settings: config.Settings) -> None:
     assert settings.kafka.bootstrap_servers
-    _publish(settings, range(5))
+    publish(settings, range(5))
     assert not settings.data.exists()
     stats = consume.run(settings, settings.kafka.bootstrap_servers, once=True)
     assert stats.k8s_rows == 5
