@@ -8,7 +8,7 @@ profiling series, for 8 GPUs, with pod attribution labels), then times
   (b) the pipeline (``consume.run(..., once=True)``) decoding and landing them into the lake,
 
 each from partition assignment to its last record read / landed (group joins and the idle wait
-are excluded), ``--repeat`` times (each landing into a fresh lake). Prints the medians of
+are excluded), ``--repeat`` times, alternating (each landing into a fresh lake). Prints the medians of
 samples/s for both and the ratio b/a, ending with
 ``ingest: landed=<samples/s> raw=<samples/s> ratio=<b/a> rss_mb=<peak>``.
 """
@@ -125,7 +125,7 @@ def median(xs: list[float]) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=6000, help="scrape records to publish (default 6000)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each reader; medians are reported (default 3)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs of each reader; medians are reported (default 5)")
     ap.add_argument("--batch-records", type=int, default=None, help="pipeline.batch_records (default: settings)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -141,19 +141,19 @@ def main() -> int:
             samples = publish(settings, broker.bootstrap, args.records)
             print(f"published {args.records} records, {samples} samples in {time.perf_counter() - t:.1f}s")
             raws, landeds = [], []
+            # Interleaved, so a machine that gets busier or quieter during the run moves both alike.
             for run in range(args.repeat):
                 raw_s = raw_read(settings, broker.bootstrap, args.records)
                 raws.append(samples / raw_s)
-                print(f"(a) raw consume, run {run + 1}: {raw_s:.2f}s, {raws[-1]:,.0f} samples/s")
-            for run in range(args.repeat):
                 s = config.load(overrides={"data": f"{tmp}/lake{run}", "kafka": {"bootstrap_servers": broker.bootstrap},
                                            "pipeline": dict(pipeline, group_id=f"bench-{run}")}, environ={})
                 stats = consume.run(s, broker.bootstrap, once=True)
                 assert stats.samples == samples and stats.dead == 0, stats
                 landeds.append(samples / stats.active_s)
-                print(f"(b) pipeline landing, run {run + 1}: {stats.active_s:.2f}s in {stats.batches} batches, "
-                      f"{landeds[-1]:,.0f} samples/s (decoder thread: {stats.decode_s:.2f}s, "
-                      f"writer thread: {stats.write_s:.2f}s)")
+                print(f"run {run + 1}: (a) raw consume {raw_s:.2f}s, {raws[-1]:,.0f} samples/s; (b) pipeline landing "
+                      f"{stats.active_s:.2f}s in {stats.batches} batches, {landeds[-1]:,.0f} samples/s "
+                      f"(decoder thread: {stats.decode_s:.2f}s, writer thread: {stats.write_s:.2f}s); "
+                      f"b/a {landeds[-1] / raws[-1]:.2f}")
             raw, landed = median(raws), median(landeds)
             rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             print(f"medians of {args.repeat}: raw {raw:,.0f} samples/s, landed {landed:,.0f} samples/s")

@@ -3,7 +3,8 @@ minute of data, and a diagnose (staleness check + reading marts.findings). Ends 
 ``models: build_s=<s> rebuild_s=<s> diagnose_s=<s>`` (targets at 128 nodes x 6 h on 2 cores: < 60, < 10, < 3).
 
 Kubernetes objects come from the simulator (``mixed`` scenario timeline, landed through pipeline.land).
-Metric samples are generated inside DuckDB with the simulator's exporter shapes (dcgm-exporter: 21 fields per
+Metric samples are generated inside DuckDB (series once, with the pipeline's ids, then points) with the
+simulator's exporter shapes (dcgm-exporter: 21 fields per
 GPU with Hostname/gpu/UUID labels and pod labels on allocated GPUs; node_exporter InfiniBand: 9 fields per
 port; training throughput per job), because writing ~36 M samples to a text file and parsing it back
 would benchmark the parser, not the models. Figures are noisy on a shared machine: compare runs, not absolutes.
@@ -15,7 +16,10 @@ import argparse
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
+
+import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -47,45 +51,68 @@ def _k8s(settings: config.Settings, work: Path, nodes: int, hours: float) -> Non
     land_files(settings, [str(path)], [])
 
 
-def _samples(con, nodes: int, t_from: int, t_to: int, interval: float = 15.0) -> int:
-    """Insert scrape rounds [t_from, t_to) for every node: DCGM per GPU, IB per port, throughput per pod."""
+START = "TIMESTAMPTZ '2026-11-01 00:00:00+00'"
+
+
+def _series(con, nodes: int, days: int) -> None:
+    """Every series of the synthetic cluster into raw.metric_series, for each of ``days`` UTC days, with the
+    pipeline's ids; ``_bench_ids`` keeps each id's generator keys (kind, node, GPU or port) for ``_samples``."""
+    from pipeline.decode import with_series_ids
+
     dcgm = ", ".join(f"('{m}')" for m in DCGM)
     ib = ", ".join(f"('{m}')" for m in IB)
-    start = "TIMESTAMPTZ '2026-11-01 00:00:00+00'"
-    con.execute(f"""
-        INSERT INTO raw.metric_samples
-        SELECT 'default', {start} + to_seconds(t.i * {interval} + n.i % 7), m.metric,
+    series = con.execute(f"""
+        SELECT 'dcgm' AS kind, n.i AS n, g.i AS k, 'default' AS cluster, m.metric,
                json_object('gpu', g.i::VARCHAR, 'UUID', 'GPU-' || n.i || '-' || g.i,
                            'Hostname', printf('gpu-node-%03d', n.i + 1), 'modelName', 'NVIDIA H100 80GB HBM3',
                            'pod', CASE WHEN n.i % 4 <> 3 THEN printf('job-%03d-worker-0', n.i // 2) END,
-                           'namespace', CASE WHEN n.i % 4 <> 3 THEN 'ml-platform' END)::JSON,
-               CASE WHEN m.metric = 'DCGM_FI_DEV_XID_ERRORS' THEN 0
-                    WHEN m.metric LIKE '%COUNT_TOTAL' OR m.metric LIKE '%DBE%' OR m.metric LIKE '%REPLAY%' THEN 0
-                    WHEN m.metric = 'DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL' THEN 200000 + (t.i * 7 + g.i) % 1000
-                    ELSE 50 + (t.i + g.i) % 40 END,
-               printf('gpu-node-%03d', n.i + 1), printf('http://gpu-node-%03d:9400/metrics', n.i + 1),
-               'dcgm-exporter', printf('gpu-node-%03d:9400', n.i + 1), 0, 0
-        FROM range({t_from}, {t_to}) t(i), range({nodes}) n(i), range(8) g(i), (VALUES {dcgm}) m(metric)
-    """)
-    con.execute(f"""
-        INSERT INTO raw.metric_samples
-        SELECT 'default', {start} + to_seconds(t.i * {interval} + 3 + n.i % 5), m.metric,
-               json_object('device', 'mlx5_' || d.i, 'port', '1',
-                           'instance', printf('gpu-node-%03d:9100', n.i + 1))::JSON,
-               CASE WHEN m.metric = 'node_infiniband_state_id' THEN 4
-                    WHEN m.metric = 'node_infiniband_physical_state_id' THEN 5
-                    WHEN m.metric LIKE '%data_%' THEN (t.i * 2.5e10 * {interval})::DOUBLE ELSE 0 END,
+                           'namespace', CASE WHEN n.i % 4 <> 3 THEN 'ml-platform' END)::VARCHAR AS labels,
+               printf('gpu-node-%03d', n.i + 1) AS node, printf('http://gpu-node-%03d:9400/metrics', n.i + 1) AS target,
+               'dcgm-exporter' AS job, printf('gpu-node-%03d:9400', n.i + 1) AS instance
+        FROM range({nodes}) n(i), range(8) g(i), (VALUES {dcgm}) m(metric)
+        UNION ALL
+        SELECT 'ib', n.i, d.i, 'default', m.metric,
+               json_object('device', 'mlx5_' || d.i, 'port', '1', 'instance', printf('gpu-node-%03d:9100', n.i + 1)),
                printf('gpu-node-%03d', n.i + 1), printf('http://gpu-node-%03d:9100/metrics', n.i + 1),
-               'node-exporter', printf('gpu-node-%03d:9100', n.i + 1), 0, 0
-        FROM range({t_from}, {t_to}) t(i), range({nodes}) n(i), range(4) d(i), (VALUES {ib}) m(metric)
-    """)
-    con.execute(f"""
-        INSERT INTO raw.metric_samples
-        SELECT 'default', {start} + to_seconds(t.i * {interval} + 1), 'train_tokens_per_second',
-               json_object('pod', printf('job-%03d-worker-0', j.i), 'namespace', 'ml-platform')::JSON,
-               100000 + (t.i * 13) % 500, NULL, 'http://training/metrics', 'training', 'training:8000', 0, 0
-        FROM range({t_from}, {t_to}) t(i), range({nodes // 2}) j(i)
-    """)
+               'node-exporter', printf('gpu-node-%03d:9100', n.i + 1)
+        FROM range({nodes}) n(i), range(4) d(i), (VALUES {ib}) m(metric)
+        UNION ALL
+        SELECT 'train', j.i, 0, 'default', 'train_tokens_per_second',
+               json_object('pod', printf('job-%03d-worker-0', j.i), 'namespace', 'ml-platform'),
+               NULL, 'http://training/metrics', 'training', 'training:8000'
+        FROM range({nodes // 2}) j(i)
+    """).pl()
+    start = con.execute(f"SELECT {START}").fetchone()[0]
+    per_day = [with_series_ids(series.with_columns(ts=pl.lit(start + timedelta(days=d)))) for d in range(days)]
+    con.register("_bench_series", pl.concat(per_day).to_arrow())
+    con.execute("INSERT INTO raw.metric_series SELECT series, day, cluster, metric, labels, node, target, job, "
+                "instance FROM _bench_series")
+    con.execute("CREATE OR REPLACE TEMP TABLE _bench_ids AS SELECT series, day, kind, n, k, metric FROM _bench_series")
+    con.unregister("_bench_series")
+
+
+def _samples(con, nodes: int, t_from: int, t_to: int, interval: float = 15.0) -> int:
+    """Insert scrape rounds [t_from, t_to) for every node: DCGM per GPU, IB per port, throughput per pod."""
+    day = "CAST(timezone('UTC', {ts}) AS DATE)"
+    values = {
+        "dcgm": ("t.i * {interval} + s.n % 7", """
+            CASE WHEN s.metric = 'DCGM_FI_DEV_XID_ERRORS' THEN 0
+                 WHEN s.metric LIKE '%COUNT_TOTAL' OR s.metric LIKE '%DBE%' OR s.metric LIKE '%REPLAY%' THEN 0
+                 WHEN s.metric = 'DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL' THEN 200000 + (t.i * 7 + s.k) % 1000
+                 ELSE 50 + (t.i + s.k) % 40 END"""),
+        "ib": ("t.i * {interval} + 3 + s.n % 5", """
+            CASE WHEN s.metric = 'node_infiniband_state_id' THEN 4
+                 WHEN s.metric = 'node_infiniband_physical_state_id' THEN 5
+                 WHEN s.metric LIKE '%data_%' THEN (t.i * 2.5e10 * {interval})::DOUBLE ELSE 0 END"""),
+        "train": ("t.i * {interval} + 1", "100000 + (t.i * 13) % 500"),
+    }
+    for kind, (offset, value) in values.items():
+        ts = f"{START} + to_seconds({offset.format(interval=interval)})"
+        con.execute(f"""
+            INSERT INTO raw.metric_points
+            SELECT {ts}, s.series, {value.format(interval=interval)}
+            FROM range({t_from}, {t_to}) t(i) JOIN _bench_ids s ON s.kind = '{kind}' AND s.day = {day.format(ts=ts)}
+        """)
     return (t_to - t_from) * (nodes * (8 * len(DCGM) + 4 * len(IB)) + nodes // 2)
 
 
@@ -106,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         ticks = int(args.hours * 240)
         con = lake.connect(settings)
         t = time.perf_counter()
+        _series(con, args.nodes, days=int((ticks + 4) * 15 // 86400) + 2)
         n = _samples(con, args.nodes, 0, ticks)
         print(f"generated {n:,} samples in {time.perf_counter() - t:.1f}s", flush=True)
         t = time.perf_counter()

@@ -61,7 +61,7 @@ def _landed(settings: config.Settings) -> int:
     except Exception:  # noqa: BLE001 - the lake may not exist yet
         return 0
     try:
-        return con.execute("SELECT count(*) FROM raw.metric_samples").fetchone()[0]
+        return con.execute("SELECT count(*) FROM raw.metric_points").fetchone()[0]
     except Exception:  # noqa: BLE001
         return 0
     finally:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-VERSION = 1
+VERSION = 2
 
 K8S = "k8s"
 SCRAPE = "scrape"
@@ -169,40 +169,73 @@ def _finite_or_marker(values: Sequence[float]) -> tuple[list[float | None], list
     return out, idx, marks
 
 
+def _runs(indices: list[int]) -> list[int]:
+    """``indices`` as flat (first, count) pairs of consecutive runs: [0,1,2,0,1,2] -> [0,3,0,3]."""
+    out: list[int] = []
+    for i in indices:
+        if out and out[-2] + out[-1] == i:
+            out[-1] += 1
+        else:
+            out += [i, 1]
+    return out
+
+
 def encode_scrape(b: ScrapeBatch) -> bytes:
     """Wire form of a scrape batch (see docs/records.md).
 
-    JSON has no NaN/Inf, so a non-finite value travels as ``null`` in ``x`` plus its sample
-    index in ``ni`` and ``"NaN"|"+Inf"|"-Inf"`` at the same place in ``nv``; a ``null`` in
-    ``nv`` is a value the collector marked missing (a DCGM sentinel, say). Metric names
-    (``mn``) and label sets (``ls``, JSON text with sorted keys) travel once each; series ``i``
-    is ``(mn[mi[i]], ls[li[i]])``; ``n`` is each label set's node, computed here so the pipeline
-    need not parse labels; ``dt`` is each sample's time in ms after ``scraped_at``. An empty
-    ``s`` means sample ``j`` belongs to series ``j``; an empty ``dt`` means every sample is at
-    ``scraped_at``.
+    Series travel grouped by metric name: ``mn`` lists each name once and ``mc`` how many series
+    have it, in that order; ``lr`` gives the label set (index into ``ls``, JSON text with sorted
+    keys, each distinct set once) of each series as runs of consecutive indices, flat
+    ``[first, count, ...]``. No per-series index lists: parsing them was a third of the pipeline's
+    decoding. ``n`` is each label set's node, computed here so the pipeline need not parse labels.
+    Samples follow in series order; ``s`` names each sample's series and is empty when sample
+    ``j`` is series ``j``; ``dt`` is each sample's time in ms after ``scraped_at``, empty when all
+    are at ``scraped_at``. JSON has no NaN/Inf, so a non-finite value travels as ``null`` in ``x``
+    plus its sample index in ``ni`` and ``"NaN"|"+Inf"|"-Inf"`` at the same place in ``nv``; a
+    ``null`` in ``nv`` is a value the collector marked missing (a DCGM sentinel, say).
     """
     n = len(b.sample_series)
     if not (len(b.sample_ts_ms) == len(b.sample_value) == n):
         raise ValueError("sample columns differ in length")
     if len(b.series_metric) != len(b.series_labels):
         raise ValueError("series columns differ in length")
-    x, ni, nv = _finite_or_marker(b.sample_value)
-    # Each distinct metric name and label set once (dcgm-exporter repeats one label set per GPU
-    # across all its metrics, and each metric name once per GPU).
     names: dict[str, int] = {}
     mi = [names.setdefault(m, len(names)) for m in b.series_metric]
-    sets: dict[str, int] = {}
+    # Exporters write a metric's series together, so the grouping is usually there already.
+    grouped = all(a <= c for a, c in zip(mi, mi[1:], strict=False))
+    order = range(len(mi)) if grouped else sorted(range(len(mi)), key=mi.__getitem__)  # stable
+    mc = [0] * len(names)
+    for i in mi:
+        mc[i] += 1
+    # Each distinct label set once, as JSON text with sorted keys; dumped once per dict shape, not per
+    # series (dcgm-exporter repeats one label set per GPU across all its metrics).
+    by_items: dict[tuple[tuple[str, str], ...], int] = {}
+    by_text: dict[str, int] = {}
     label_sets: list[dict[str, str]] = []
     li: list[int] = []
-    for lbl in b.series_labels:
-        text = json.dumps(lbl, separators=(",", ":"), sort_keys=True)
-        j = sets.get(text)
+    for old in order:
+        lbl = b.series_labels[old]
+        items = tuple(lbl.items())
+        j = by_items.get(items)
         if j is None:
-            j = sets[text] = len(sets)
-            label_sets.append(lbl)
+            j = by_items[items] = by_text.setdefault(json.dumps(lbl, separators=(",", ":"), sort_keys=True),
+                                                     len(by_text))
+            if j == len(label_sets):
+                label_sets.append(lbl)
         li.append(j)
+    series, values, ts = b.sample_series, b.sample_value, b.sample_ts_ms
+    if not grouped:
+        new_of = [0] * len(order)
+        for new, old in enumerate(order):
+            new_of[old] = new
+        series = [new_of[k] for k in series]
+        samples = sorted(range(n), key=series.__getitem__)  # stable: a series' samples keep their order
+        series = [series[j] for j in samples]
+        values = [values[j] for j in samples]
+        ts = [ts[j] for j in samples]
+    x, ni, nv = _finite_or_marker(values)
     at = b.scraped_at_ms
-    dt = [0 if t is None else t - at for t in b.sample_ts_ms]
+    dt = [0 if t is None else t - at for t in ts]
     rec = {
         "v": VERSION,
         "kind": SCRAPE,
@@ -215,13 +248,12 @@ def encode_scrape(b: ScrapeBatch) -> bytes:
         "duration_s": b.duration_s,
         "error": b.error,
         "mn": list(names),
-        "mi": mi,
-        "ls": list(sets),
-        "li": li,
+        "mc": mc,
+        "ls": list(by_text),
+        "lr": _runs(li),
         "n": [series_node(lbl) for lbl in label_sets],
-        # The common case costs nothing to parse: one sample per series in series order, all at
-        # scraped_at, travel as empty lists.
-        "s": [] if b.sample_series == list(range(len(b.series_metric))) else b.sample_series,
+        # The common case costs nothing to parse: one sample per series, all at scraped_at.
+        "s": [] if series == list(range(len(mi))) else series,
         "dt": dt if any(dt) else [],
         "x": x,
         "ni": ni,

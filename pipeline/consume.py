@@ -81,6 +81,8 @@ class _Lander:
     stage, which bounds memory to about five batches (buffer, queued, decoding, decoded, writing).
     Measured with bench/ingest.py (6000 dcgm scrapes, medians of 3, same session): decoding in the
     writer thread landed 499k samples/s (ratio to a raw read 0.38); on its own thread 674k (0.50).
+    A decoder process instead of the thread was slower (ratio 0.35-0.51 vs 0.41-0.66, alternating runs):
+    pickling the frames back cost more than the GIL it saved.
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, ids: dict[str, str]) -> None:
@@ -307,8 +309,9 @@ def run(settings: Settings, bootstrap: str, *, once: bool = False,
             now = time.monotonic()
             if got:
                 last_new = now
-            # Nothing new (the backlog is drained) and the lander idle: land what is buffered now.
-            if loop.due() or (not got and loop.buffer and not loop.lander.pending):
+            # Nothing new (the backlog is drained) and the decoder free to take it: land what is buffered now
+            # (waiting until the writer was idle too left the last batch of a backlog idle ~0.15 s).
+            if loop.due() or (not got and loop.buffer and loop.lander.jobs.empty()):
                 loop.flush()
             else:
                 loop.collect()

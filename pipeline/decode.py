@@ -8,7 +8,8 @@ letters with the parser's message; the rest are read in bulk again.
 
 Scrape records are columnar (see docs/records.md): samples are exploded together, and
 each sample finds its series' metric (and through it its label set and node) by a gather
-on a flat index (offset of its record + its ``s``) rather than a join.
+on a flat index (offset of its record + its ``s``) rather than a join. Samples leave as
+(ts, series id, value) plus one row per distinct series of the batch (``series_ids``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import io
 import json
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from gangscope.records import K8S, K8S_TYPES, RELIST_BEGIN, RELIST_END, SCRAPE, VERSION
 
@@ -37,7 +37,7 @@ SCRAPE_SCHEMA: dict[str, pl.DataType] = {
     "v": pl.Int64(), "kind": pl.String(), "cluster": pl.String(), "target": pl.String(), "job": pl.String(),
     "instance": pl.String(), "scraped_at": pl.Int64(), "up": pl.Int64(), "duration_s": pl.Float64(),
     "error": pl.String(),
-    "mn": pl.List(pl.String), "mi": pl.List(pl.Int64), "ls": pl.List(pl.String), "li": pl.List(pl.Int64),
+    "mn": pl.List(pl.String), "mc": pl.List(pl.Int64), "ls": pl.List(pl.String), "lr": pl.List(pl.Int64),
     "n": pl.List(pl.String), "s": pl.List(pl.Int64), "dt": pl.List(pl.Int64), "x": pl.List(pl.Float64),
     "ni": pl.List(pl.Int64), "nv": pl.List(pl.String),
 }
@@ -49,9 +49,10 @@ _TS = pl.Datetime("ms", "UTC")
 class Decoded:
     """Rows for one table kind plus the inputs that could not be decoded."""
 
-    rows: pl.DataFrame | pa.Table  # scrape samples come as an Arrow table with dictionary-coded strings
+    rows: pl.DataFrame  # watch events, or scrape samples as (ts, series, value)
     dead: list[Dead] = field(default_factory=list)
     scrapes: pl.DataFrame | None = None  # scrape batches only: one row per scrape
+    series: pl.DataFrame | None = None  # scrape batches only: one row per series id in the batch
 
 
 def _read(values: list[bytes], schema: dict[str, pl.DataType]) -> tuple[pl.DataFrame, list[int], list[Dead]]:
@@ -167,29 +168,58 @@ def _has_bad_label_set(df: pl.DataFrame) -> pl.Expr:
     return pl.col("ls").list.eval(pl.element().is_in(bad.implode())).list.any()
 
 
-def _coded(indices: pl.Series, values: pl.Series) -> pa.DictionaryArray:
-    """``values[indices]`` as an Arrow dictionary array with each distinct string once.
+def _has_null(col: str) -> pl.Expr:
+    return pl.col(col).list.len() != pl.col(col).list.drop_nulls().list.len()
 
-    Strings stay dictionary-coded so they are never copied per sample on the way into DuckDB, and
-    the dictionary is deduplicated across the batch (a label set repeats in every scrape of its
-    node): DuckDB's Parquet writer then hashes fewer distinct strings (labels column ~20% cheaper).
+
+def series_ids(target: pl.Series, metric: pl.Series, labels: pl.Series, day: pl.Series) -> pl.Series:
+    """The id of each sample's series: a 64-bit hash of its text and its UTC day (``raw.metric_series``).
+
+    ``target`` is the hash of (cluster, target, job, instance) (``target_hashes``), ``metric`` and
+    ``labels`` the hashes of the metric name and label-set text, ``day`` days since 1970: text is
+    hashed once per distinct string, only integers per sample. Ids are day-scoped so retention can
+    drop a day's series rows with that day's samples. The hash is Polars' (stable within a Polars
+    version): one with another hash only adds rows to ``raw.metric_series``, it never mixes series.
     """
-    enc = pc.dictionary_encode(values.to_arrow())
-    return pa.DictionaryArray.from_arrays(enc.indices.take(indices.cast(pl.Int32).to_arrow()), enc.dictionary)
+    return pl.DataFrame([target.alias("t"), metric.alias("m"), labels.alias("l"), day.alias("d")]).hash_rows()
+
+
+def target_hashes(frame: pl.DataFrame) -> pl.Series:
+    """Hash of (cluster, target, job, instance) per row: the ``target`` input of ``series_ids``."""
+    return frame.select("cluster", "target", "job", "instance").hash_rows()
+
+
+def with_series_ids(samples: pl.DataFrame) -> pl.DataFrame:
+    """Rows naming a series (``cluster``, ``target``, ``job``, ``instance``, ``metric``, ``labels`` text) at a
+    ``ts``, plus the ``series`` id and ``day`` the pipeline would give them: for samples that reach the lake
+    without Kafka (tests, benchmarks, imports)."""
+    ts = samples["ts"].cast(_TS)
+    day = ts.dt.epoch("d").cast(pl.Int32)
+    ids = series_ids(target_hashes(samples), samples["metric"].cast(pl.String).hash(),
+                     samples["labels"].cast(pl.String).hash(), day)
+    return samples.with_columns(series=ids, day=day.cast(pl.Date))
 
 
 def decode_scrapes(values: list[bytes]) -> Decoded:
-    """Scrape batches -> one row per sample (``rows``, with ``_i``) and one per scrape (``scrapes``)."""
+    """Scrape batches -> samples as (ts, series, value) (``rows``), one row per scrape (``scrapes``, with
+    ``_i``) and one per series id (``series``)."""
     df, idx, dead = _read(values, SCRAPE_SCHEMA)
-    # Empty ``s``/``dt`` are the compact common case (sample j is series j / at scraped_at).
-    nx0 = pl.col("x").list.len().fill_null(0)
     df = df.with_columns(
-        s=pl.when(pl.col("s").list.len().fill_null(0) == 0).then(pl.int_ranges(0, nx0)).otherwise(pl.col("s")),
+        _nm=pl.col("mc").list.sum().fill_null(0),  # series in the record
+        _lf=pl.col("lr").list.gather_every(2),  # label-set runs: first index, count
+        _lc=pl.col("lr").list.gather_every(2, 1),
+    )
+    # Empty ``s``/``dt`` are the compact common case (sample j is series j / at scraped_at).
+    df = df.with_columns(
+        # (bounded by the samples: a record claiming 10^9 series must not allocate them before it is refused)
+        s=pl.when(pl.col("s").list.len().fill_null(0) == 0)
+        .then(pl.int_ranges(0, pl.min_horizontal("_nm", pl.col("x").list.len().fill_null(0))))
+        .otherwise(pl.col("s")),
         _dt0=pl.col("dt").list.len().fill_null(0) == 0,
         _s0=pl.col("s").list.len().fill_null(0) == 0,
     )
-    ln = {c: pl.col(c).list.len().fill_null(0) for c in ("s", "dt", "x", "mn", "mi", "ls", "li", "n", "ni", "nv")}
-    ns, nm, nls = ln["s"], ln["mi"], ln["ls"]
+    ln = {c: pl.col(c).list.len().fill_null(0) for c in ("s", "dt", "x", "mn", "mc", "ls", "lr", "n", "ni", "nv")}
+    ns, nm, nls = ln["s"], pl.col("_nm"), ln["ls"]
 
     def out_of(col: str, n: pl.Expr) -> pl.Expr:
         return (pl.col(col).list.min() < 0) | (pl.col(col).list.max() >= n)
@@ -197,17 +227,25 @@ def decode_scrapes(values: list[bytes]) -> Decoded:
     reason = (
         pl.when(_envelope_reason(SCRAPE).is_not_null()).then(_envelope_reason(SCRAPE))
         .when(pl.col("scraped_at").is_null()).then(pl.lit("scrape without scraped_at"))
+        .when(ln["mc"] != ln["mn"]).then(pl.format("series counts per name differ in length (mn={} mc={})",
+                                                    ln["mn"], ln["mc"]))
+        .when(pl.any_horizontal(_has_null(c) for c in ("mc", "lr", "s", "ni")))
+        .then(pl.lit("a null in an index or count list (mc, lr, s, ni)"))
+        .when(pl.col("mc").list.min() < 0).then(pl.lit("a negative series count in mc"))
+        .when(ln["lr"] % 2 != 0).then(pl.lit("label-set runs (lr) are not (first, count) pairs"))
+        .when((pl.col("_lc").list.min() < 0) | (pl.col("_lc").list.sum().fill_null(0) != nm))
+        .then(pl.format("label-set runs cover {} series, mc {}", pl.col("_lc").list.sum().fill_null(0), nm))
         .when(pl.col("_s0") & (ln["x"] != nm))
         .then(pl.format("one value per series expected, got x={} for {} series", ln["x"], nm))
         .when((~pl.col("_dt0") & (ns != ln["dt"])) | (ns != ln["x"]))
         .then(pl.format("sample columns differ in length (s={} dt={} x={})", ns, ln["dt"], ln["x"]))
-        .when(ln["li"] != nm)
-        .then(pl.format("series columns differ in length (mi={} li={})", nm, ln["li"]))
         .when(ln["n"] != nls)
         .then(pl.format("label-set columns differ in length (ls={} n={})", nls, ln["n"]))
         .when(out_of("s", nm)).then(pl.format("a sample refers to a series that does not exist (series={})", nm))
-        .when(out_of("mi", ln["mn"])).then(pl.lit("a series refers to a metric name that does not exist"))
-        .when(out_of("li", nls)).then(pl.lit("a series refers to a label set that does not exist"))
+        .when(nm > ln["x"]).then(pl.format("more series (mc: {}) than samples (x: {})", nm, ln["x"]))
+        .when((pl.col("_lf").list.min() < 0)
+              | ((pl.col("_lf") + pl.col("_lc")).list.max() > nls))  # a run's last set is first + count - 1
+        .then(pl.lit("a series refers to a label set that does not exist"))
         .when(ln["ni"] != ln["nv"]).then(pl.lit("non-finite columns differ in length (ni, nv)"))
         .when(out_of("ni", ns)).then(pl.lit("a non-finite marker refers to a sample that does not exist"))
         .when(_has_bad_label_set(df)).then(pl.lit("a label set is not a JSON object"))
@@ -223,49 +261,52 @@ def decode_scrapes(values: list[bytes]) -> Decoded:
         error="error", _i="_i",
     )
     # Only scrapes with samples (so every list below is non-empty and explodes without nulls).
-    lens = {c: pl.col(c).list.len() for c in ("mi", "mn", "ls")}
     withs = df.filter(ns > 0).with_columns(
-        _series0=lens["mi"].cum_sum() - lens["mi"],
-        _names0=lens["mn"].cum_sum() - lens["mn"],
-        _sets0=lens["ls"].cum_sum() - lens["ls"],
+        _series0=pl.col("_nm").cum_sum() - pl.col("_nm"),
+        _sets0=ln["ls"].cum_sum() - ln["ls"],
         _sample0=ns.cum_sum() - ns,
     )
     if withs["_dt0"].all():
-        ex = withs.with_row_index("_r").select("_r", "_i", "scraped_at", "_series0", "s", "x").explode(["s", "x"])
+        ex = withs.with_row_index("_r").select("_r", "scraped_at", "_series0", "s", "x").explode(["s", "x"])
         ts = ex["scraped_at"]
     else:
         withs = withs.with_columns(dt=pl.when(pl.col("_dt0")).then(pl.col("s").list.eval(pl.element() * 0))
                                    .otherwise(pl.col("dt")))
-        ex = (withs.with_row_index("_r").select("_r", "_i", "scraped_at", "_series0", "s", "dt", "x")
+        ex = (withs.with_row_index("_r").select("_r", "scraped_at", "_series0", "s", "dt", "x")
               .explode(["s", "dt", "x"]))
         ts = ex["scraped_at"] + ex["dt"]
-    gidx = ex["_series0"] + ex["s"]  # flat series index of each sample
+    gidx = (ex["_series0"] + ex["s"]).to_numpy()  # flat series index of each sample
     value = ex["x"]
     nf = withs.filter(pl.col("ni").list.len() > 0)
     if nf.height:
         nfx = nf.select("_sample0", "ni", "nv").explode(["ni", "nv"])
         value = value.scatter((nfx["_sample0"] + nfx["ni"]).to_numpy(),
                               nfx["nv"].replace_strict(_NONFINITE, default=None, return_dtype=pl.Float64))
-    series = withs.select("_names0", "_sets0", "mi", "li").explode(["mi", "li"])
+    # Flat series (record after record): the name index from the counts per name, the label-set index
+    # from the runs (first + position in the run), both offset into the batch's flat names / sets.
     names = withs["mn"].explode()
     sets = withs.select(pl.col("ls").explode(), pl.col("n").explode())
-    name_idx = (series["_names0"] + series["mi"]).gather(gidx)
-    set_idx = (series["_sets0"] + series["li"]).gather(gidx)
+    counts = withs["mc"].explode().to_numpy()
+    series_name = np.repeat(np.arange(len(counts)), counts)
+    runs = withs.select("_sets0", "_lf", "_lc").explode(["_lf", "_lc"])
+    first = (runs["_sets0"] + runs["_lf"]).to_numpy()
+    length = runs["_lc"].to_numpy()
+    series_set = np.repeat(first - (np.cumsum(length) - length), length) + np.arange(length.sum())
+    name_idx = pl.Series(series_name[gidx])
+    set_idx = pl.Series(series_set[gidx])
     rec = ex["_r"]
-    labels = _coded(set_idx, sets["ls"])
-    # Validated above, once per label set: typed as JSON so DuckDB does not re-validate every sample.
-    labels = pa.DictionaryArray.from_arrays(labels.indices, pa.ExtensionArray.from_storage(
-        pa.json_(labels.dictionary.type), labels.dictionary))
-    rows = pa.table({
-        "cluster": _coded(rec, withs["cluster"]),
-        "ts": ts.cast(_TS).to_arrow(),
-        "metric": _coded(name_idx, names),
-        "labels": labels,
-        "value": value.to_arrow(),
-        "node": _coded(set_idx, sets["n"]),
-        "target": _coded(rec, withs["target"]),
-        "job": _coded(rec, withs["job"]),
-        "instance": _coded(rec, withs["instance"]),
-        "_i": ex["_i"].to_arrow(),
+    ts = ts.cast(_TS)
+    day = ts.dt.epoch("d").cast(pl.Int32)
+    ids = series_ids(target_hashes(withs).gather(rec), names.hash().gather(name_idx),
+                     sets["ls"].hash().gather(set_idx), day)
+    rows = pl.DataFrame({"ts": ts, "series": ids, "value": value})
+    # One row per distinct series id: a few thousand per batch, against ~10^6 samples.
+    one = pl.DataFrame({"series": ids, "_j": pl.int_range(0, ids.len(), eager=True)}).unique("series")["_j"]
+    r, n, k = rec.gather(one), name_idx.gather(one), set_idx.gather(one)
+    meta = withs.select("cluster", "target", "job", "instance")[r]
+    new_series = pl.DataFrame({
+        "series": ids.gather(one), "day": day.gather(one).cast(pl.Date), "cluster": meta["cluster"],
+        "metric": names.gather(n), "labels": sets["ls"].gather(k), "node": sets["n"].gather(k),
+        "target": meta["target"], "job": meta["job"], "instance": meta["instance"],
     })
-    return Decoded(rows, dead, scrapes)
+    return Decoded(rows, dead, scrapes, new_series)

@@ -28,6 +28,10 @@ ALIAS = "lake"
 SCHEMAS = ("raw", "staging", "intermediate", "marts")
 
 # The tables others rely on (CONTRACT section 1b); the pipeline owns them (docs/lake.md).
+# Samples land narrow: each series' text (metric, labels, target...) once per UTC day in
+# raw.metric_series, and (ts, series, value) per sample in raw.metric_points; raw.metric_samples is
+# the view that joins them back, one row per sample. Writing the wide row per sample cost 3x more
+# (DuckDB's Parquet writer hashes every string); see docs/lake.md for the series id.
 # raw.kafka_offsets is append-only: a partition's next offset is its greatest next_offset among rows
 # of the topic's current topic_id (a topic recreated, or an in-memory broker restarted, starts over).
 RAW_DDL = """
@@ -36,10 +40,14 @@ CREATE TABLE IF NOT EXISTS raw.k8s_objects (
     namespace VARCHAR, name VARCHAR, uid VARCHAR, resource_version VARCHAR, object JSON,
     kafka_partition INTEGER, kafka_offset BIGINT
 );
-CREATE TABLE IF NOT EXISTS raw.metric_samples (
-    cluster VARCHAR, ts TIMESTAMPTZ, metric VARCHAR, labels JSON, value DOUBLE, node VARCHAR,
-    target VARCHAR, job VARCHAR, instance VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT
+CREATE TABLE IF NOT EXISTS raw.metric_series (
+    series UBIGINT, day DATE, cluster VARCHAR, metric VARCHAR, labels JSON, node VARCHAR,
+    target VARCHAR, job VARCHAR, instance VARCHAR
 );
+CREATE TABLE IF NOT EXISTS raw.metric_points (ts TIMESTAMPTZ, series UBIGINT, value DOUBLE);
+CREATE VIEW IF NOT EXISTS raw.metric_samples AS
+SELECT s.cluster, p.ts, s.metric, s.labels, p.value, s.node, s.target, s.job, s.instance, p.series
+FROM raw.metric_points AS p JOIN raw.metric_series AS s USING (series);
 CREATE TABLE IF NOT EXISTS raw.scrapes (
     cluster VARCHAR, scraped_at TIMESTAMPTZ, target VARCHAR, job VARCHAR, instance VARCHAR, up BOOLEAN,
     duration_s DOUBLE, samples INTEGER, error VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT
@@ -155,9 +163,15 @@ def connect(settings: Settings, read_only: bool = False, create: bool = True) ->
         def init() -> None:
             for schema in SCHEMAS:
                 con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            if con.execute("SELECT 1 FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'raw' "
+                           "AND table_name = 'metric_samples'", [ALIAS]).fetchone():
+                from gangscope.errors import UserError
+
+                raise UserError(f"the lake at {data_path(settings)} was written by an older gangscope "
+                                "(raw.metric_samples is a table, not a view): land into a new --data directory")
             con.execute(RAW_DDL)
             # zstd: Parquet files 2.3x smaller than DuckLake's default snappy (0.18 vs 0.41 bytes per dcgm
-            # sample) at the same write CPU (~0.5 us/sample either way, measured on 400k-sample inserts).
+            # sample) at the same write CPU (measured on 400k-sample inserts of the wide layout).
             # Set once, lake-wide; an operator's own choice (CALL lake.set_option) is kept.
             if not con.execute(f"SELECT 1 FROM {ALIAS}.options() WHERE option_name = 'parquet_compression'").fetchone():
                 con.execute(f"CALL {ALIAS}.set_option('parquet_compression', 'zstd')")

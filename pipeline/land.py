@@ -17,11 +17,10 @@ from datetime import UTC, datetime
 
 import duckdb
 import polars as pl
-import pyarrow as pa
 
 from gangscope import telemetry
 from pipeline import lake
-from pipeline.decode import Decoded, decode_k8s, decode_scrapes
+from pipeline.decode import Decoded, decode_k8s, decode_scrapes, with_series_ids
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +76,12 @@ def stored_offsets(con: duckdb.DuckDBPyConnection,
     return out
 
 
-def _with_kafka(df: pl.DataFrame | pa.Table, parts: pl.Series, offs: pl.Series) -> pl.DataFrame | pa.Table:
-    if isinstance(df, pa.Table):
-        idx = df.column("_i").to_numpy()
-        return (df.drop_columns(["_i"]).append_column("kafka_partition", pa.array(parts.to_numpy()[idx]))
-                .append_column("kafka_offset", pa.array(offs.to_numpy()[idx])))
+def _with_kafka(df: pl.DataFrame, parts: pl.Series, offs: pl.Series) -> pl.DataFrame:
     idx = df["_i"]
     return df.drop("_i").with_columns(kafka_partition=parts.gather(idx), kafka_offset=offs.gather(idx))
 
 
-def _decode(batch: list[Record]) -> tuple[dict[str, pl.DataFrame | pa.Table], list[tuple[Record, str]]]:
+def _decode(batch: list[Record]) -> tuple[dict[str, pl.DataFrame], list[tuple[Record, str]]]:
     """Decode a batch into frames per raw table plus dead letters."""
     by_kind: dict[str, list[Record]] = {"k8s": [], "metrics": []}
     dead: list[tuple[Record, str]] = []
@@ -96,7 +91,7 @@ def _decode(batch: list[Record]) -> tuple[dict[str, pl.DataFrame | pa.Table], li
             dead.append((rec, f"unknown topic {rec[0]!r}"))
         else:
             by_kind[kind].append(rec)
-    frames: dict[str, pl.DataFrame | pa.Table] = {}
+    frames: dict[str, pl.DataFrame] = {}
     for kind, recs in by_kind.items():
         if not recs:
             continue
@@ -108,8 +103,9 @@ def _decode(batch: list[Record]) -> tuple[dict[str, pl.DataFrame | pa.Table], li
         if kind == "k8s":
             frames["k8s_objects"] = _with_kafka(d.rows, parts, offs)
         else:
-            frames["metric_samples"] = _with_kafka(d.rows, parts, offs)
-            assert d.scrapes is not None
+            assert d.scrapes is not None and d.series is not None
+            frames["metric_points"] = d.rows
+            frames["metric_series"] = d.series
             frames["scrapes"] = _with_kafka(d.scrapes, parts, offs)
     return frames, dead
 
@@ -117,8 +113,11 @@ def _decode(batch: list[Record]) -> tuple[dict[str, pl.DataFrame | pa.Table], li
 _INSERT = {
     "k8s_objects": "INSERT INTO raw.k8s_objects SELECT cluster, observed_at, event_type, api_version, kind, namespace, "
                    "name, uid, resource_version, object, kafka_partition, kafka_offset FROM _frame",
-    "metric_samples": "INSERT INTO raw.metric_samples SELECT cluster, ts, metric, labels, value, node, target, job, "
-                      "instance, kafka_partition, kafka_offset FROM _frame",
+    "metric_points": "INSERT INTO raw.metric_points SELECT ts, series, value FROM _frame",
+    # Only series not landed yet: the day filter lets DuckLake skip the files of older days.
+    "metric_series": "INSERT INTO raw.metric_series SELECT series, day, cluster, metric, labels, node, target, job, "
+                     "instance FROM _frame WHERE series NOT IN (SELECT series FROM raw.metric_series "
+                     "WHERE day >= (SELECT min(day) FROM _frame))",
     "scrapes": "INSERT INTO raw.scrapes SELECT cluster, scraped_at, target, job, instance, up, duration_s, samples, "
                "error, kafka_partition, kafka_offset FROM _frame",
     "dead_letters": 'INSERT INTO raw.dead_letters SELECT landed_at, topic, "partition", "offset", reason, payload '
@@ -126,6 +125,19 @@ _INSERT = {
     "kafka_offsets": 'INSERT INTO raw.kafka_offsets SELECT topic, "partition", next_offset, landed_at, topic_id '
                      "FROM _frame",
 }
+
+
+def insert_samples(con: duckdb.DuckDBPyConnection, samples: pl.DataFrame) -> None:
+    """Land wide sample rows (``cluster``, ``ts``, ``metric``, ``labels``, ``value``, ``node``, ``target``, ``job``,
+    ``instance``) into ``raw.metric_points`` / ``raw.metric_series`` as the pipeline would, without Kafka
+    offsets: for tests, benchmarks and imports."""
+    rows = with_series_ids(samples)
+    for table, frame in (("metric_points", rows), ("metric_series", rows.unique("series"))):
+        con.register("_frame", frame.to_arrow())
+        try:
+            con.execute(_INSERT[table])
+        finally:
+            con.unregister("_frame")
 
 
 @dataclass
@@ -139,7 +151,7 @@ class Prepared:
     batch: list[Record]
     stored: dict[TopicPartition, int]  # offsets known stored when prepared: records below were skipped
     fresh: list[Record] = field(default_factory=list)  # the batch minus those skipped records
-    frames: dict[str, pl.DataFrame | pa.Table] = field(default_factory=dict)
+    frames: dict[str, pl.DataFrame] = field(default_factory=dict)
     dead: list[tuple[Record, str]] = field(default_factory=list)
     nxt: dict[TopicPartition, int] = field(default_factory=dict)  # next offset per partition after the batch
     low: dict[TopicPartition, int] = field(default_factory=dict)  # first offset per partition in the batch
@@ -207,8 +219,8 @@ def write(con: duckdb.DuckDBPyConnection, prep: Prepared, topic_ids: dict[str, s
                 con.execute("ROLLBACK")
                 return now_stored  # landed before (or meanwhile): start over, skipping that part
             for table, frame in frames.items():
-                if (frame.num_rows if isinstance(frame, pa.Table) else frame.height):
-                    con.register("_frame", frame if isinstance(frame, pa.Table) else frame.to_arrow())
+                if frame.height:
+                    con.register("_frame", frame.to_arrow())
                     try:
                         con.execute(_INSERT[table])
                     finally:
@@ -233,7 +245,7 @@ def write(con: duckdb.DuckDBPyConnection, prep: Prepared, topic_ids: dict[str, s
     for (topic, part, off, _), why in prep.dead[:5]:
         log.warning("dead letter %s[%d]@%d: %s", topic, part, off, why)
     stats.k8s_rows = frames["k8s_objects"].height if "k8s_objects" in frames else 0
-    stats.samples = frames["metric_samples"].num_rows if "metric_samples" in frames else 0
+    stats.samples = frames["metric_points"].height if "metric_points" in frames else 0
     stats.scrapes = frames["scrapes"].height if "scrapes" in frames else 0
     stats.dead = len(prep.dead)
     stats.next_offsets = prep.nxt

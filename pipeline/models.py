@@ -160,7 +160,7 @@ def source_state(con: duckdb.DuckDBPyConnection) -> str:
     """A fingerprint of the raw inputs: changes when anything lands in raw.*."""
     row = con.execute(
         "SELECT (SELECT count(*) FROM raw.k8s_objects), (SELECT max(observed_at) FROM raw.k8s_objects),"
-        " (SELECT count(*) FROM raw.metric_samples), (SELECT max(ts) FROM raw.metric_samples),"
+        " (SELECT count(*) FROM raw.metric_points), (SELECT max(ts) FROM raw.metric_points),"
         " (SELECT count(*) FROM raw.scrapes)"
     ).fetchone()
     return "|".join(str(v) for v in row or ())

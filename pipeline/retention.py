@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 # raw table -> its time column. raw.kafka_offsets is deliberately absent.
 RAW_TIME = {
-    "raw.metric_samples": "ts",
+    "raw.metric_points": "ts",
     "raw.scrapes": "scraped_at",
     "raw.dead_letters": "landed_at",
 }
@@ -43,6 +43,8 @@ WHERE o.observed_at < $cutoff
           AND n.namespace IS NOT DISTINCT FROM o.namespace AND n.name = o.name
           AND n.observed_at > o.observed_at))
 """
+# A series row is day-scoped (pipeline/decode.py: series_ids): a day before the cutoff's has no sample left.
+SERIES_DELETE = "DELETE FROM raw.metric_series WHERE day < CAST(timezone('UTC', $cutoff::TIMESTAMPTZ) AS DATE)"
 # kafka_offsets is append-only and read as max(next_offset) per partition and topic_id (pipeline/lake.py):
 # a row with a greater one beside it is dead weight, whatever its age.
 OFFSETS_DELETE = """
@@ -113,6 +115,7 @@ def apply(
     try:
         plan = [("raw.k8s_objects", K8S_DELETE, stats.raw_cutoff), ("raw.kafka_offsets", OFFSETS_DELETE, None)]
         plan += [(t, f"DELETE FROM {t} WHERE {c} < $cutoff", stats.raw_cutoff) for t, c in RAW_TIME.items()]
+        plan.append(("raw.metric_series", SERIES_DELETE, stats.raw_cutoff))
         plan += [(t, f"DELETE FROM {t} WHERE {c} < $cutoff", stats.marts_cutoff) for t, c in MARTS_TIME.items()]
         for table, sql, cutoff in plan:
             if not _exists(con, table):

@@ -66,12 +66,18 @@ def raw_tables() -> list[tuple[str, list[tuple[str, str]]]]:
     from pipeline.lake import RAW_DDL
 
     out = []
+    types: dict[str, str] = {}  # column -> type, for the view's columns (all taken from the tables above it)
     for stmt in sqlglot.parse(RAW_DDL, read="duckdb"):
         if not isinstance(stmt, exp.Create):
+            continue
+        if stmt.kind == "VIEW":
+            cols = [(e.alias_or_name, types.get(e.alias_or_name, "")) for e in stmt.expression.selects]
+            out.append((f"{stmt.this.sql('duckdb')} (view)", cols))
             continue
         schema = stmt.this
         cols = [(c.name, _TYPES.get(t, t)) for c in schema.expressions if isinstance(c, exp.ColumnDef)
                 for t in [c.args["kind"].sql("duckdb") if c.args.get("kind") else ""]]
+        types.update(cols)
         out.append((schema.this.sql("duckdb"), cols))
     return out
 

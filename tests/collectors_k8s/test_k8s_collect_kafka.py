@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 from collectors.k8s.client import Client
 from collectors.k8s.collector import K8sCollector, locked
+from gangscope.records import VERSION
 from pipeline.broker import EmbeddedBroker, free_port
 from pipeline.publish import Publisher
 from tests.collectors_k8s import objects
@@ -81,7 +82,7 @@ def test_collect_every_kind_relist_resume_and_late_crd(settings, api, reference)
     deleted = [n for t, n in pod_events if t == "DELETED"]
     assert deleted == ["extra-0"]
     assert "wl-late" in names(records, "ADDED", "Workload")
-    assert all(r["cluster"] == settings.cluster and r["v"] == 1 for r in records)
+    assert all(r["cluster"] == settings.cluster and r["v"] == VERSION for r in records)
     for r in objs:
         m = r["object"]["metadata"]
         assert r["_key"] == f"{r['object']['apiVersion']}/{r['object']['kind']}/{m.get('namespace', '')}/{m['name']}"

@@ -7,11 +7,13 @@ import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from collectors.metrics.signals import SIGNALS, signal_map, sql_variables
 from gangscope import config
 from pipeline import lake, models
+from pipeline.land import insert_samples
 
 SQL = Path(__file__).resolve().parents[2] / "sql" / "staging"
 T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
@@ -34,11 +36,12 @@ class Lake:
 
     def add(self, i: int, metric: str, labels: dict[str, str], value: float, *, target: str = "t-a",
             job: str = "dcgm", instance: str = "10.9.9.9:9400", node: str | None = None) -> None:
-        self.rows.append(("c1", _t(i), metric, json.dumps(labels, sort_keys=True), value, node, target, job,
-                          instance, 0, len(self.rows)))
+        self.rows.append(("c1", _t(i), metric, json.dumps(labels, sort_keys=True), float(value), node, target, job,
+                          instance))
 
     def signals(self) -> list[dict]:
-        self.con.executemany("INSERT INTO raw.metric_samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self.rows)
+        insert_samples(self.con, pl.DataFrame(self.rows, orient="row", schema=[
+            "cluster", "ts", "metric", "labels", "value", "node", "target", "job", "instance"]))
         self.rows = []
         models.set_variables(self.con, sql_variables(self.settings))
         self.con.execute("SET VARIABLE watermark = '-infinity'::TIMESTAMPTZ")
@@ -168,7 +171,7 @@ def test_incremental_build_matches_full_build(lk: Lake) -> None:
 def test_model_files_parse_for_the_runner() -> None:
     found = models.discover()
     sig, health = found["staging.stg_metric_signals"], found["staging.stg_scrape_health"]
-    assert sig.refs == {"raw.metric_samples", "staging.stg_node_addresses"}
+    assert sig.refs == {"raw.metric_series", "raw.metric_points", "staging.stg_node_addresses"}
     assert (sig.materialized, sig.watermark) == ("incremental", "ts")
     assert health.refs == {"raw.scrapes"}
 
@@ -202,7 +205,8 @@ def test_integer_buckets_are_time_buckets(lk: Lake, bucket_s: float) -> None:
             labels = {"gpu": g, "Hostname": "gpu-a", "pod": "p", "namespace": "n"}
             lk.add(i, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", labels, 1000.0 + i * (1 + int(g)))
         lk.add(i, "train_tokens_per_second", {"pod": "p", "namespace": "n"}, 5.0 + i, job="training")
-    lk.rows = [(*r[:1], r[1] + timedelta(microseconds=123457 * (r[10] % 9)), *r[2:]) for r in lk.rows]  # ragged times
+    # ragged times
+    lk.rows = [(*r[:1], r[1] + timedelta(microseconds=123457 * (k % 9)), *r[2:]) for k, r in enumerate(lk.rows)]
     lk.signals()
     lk.con.execute("CREATE TABLE staging.stg_metric_signals AS " + (SQL / "stg_metric_signals.sql").read_text())
     lk.con.execute("SET VARIABLE bucket_s = ?", [bucket_s])

@@ -6,16 +6,26 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from gangscope.config import Settings
 from pipeline import lake, retention
+from pipeline.land import insert_samples
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
 
 def _files(settings: Settings, table: str) -> set[str]:
     return {str(p) for p in (settings.lake_path / "raw" / table).rglob("*.parquet")}
+
+
+def _samples(start: datetime, metric: str) -> pl.DataFrame:
+    n = 1000
+    return pl.DataFrame({"cluster": ["c1"] * n, "ts": [start + timedelta(seconds=i) for i in range(n)],
+                         "metric": [metric] * n, "labels": ["{}"] * n, "value": [float(i) for i in range(n)],
+                         "node": [None] * n, "target": ["t"] * n, "job": ["j"] * n, "instance": ["i"] * n},
+                        schema_overrides={"node": pl.String})
 
 
 def _k8s(con, when: datetime, event: str, kind: str, name: str) -> None:
@@ -36,13 +46,11 @@ def filled(offline_settings: Settings, request: pytest.FixtureRequest):
     )
     con = lake.connect(settings)
     old, recent = NOW - timedelta(days=10), NOW - timedelta(hours=1)
-    # Two inserts of 1000 rows each: above DuckLake's inlining limit, so each lands as its own Parquet file.
-    con.execute("INSERT INTO raw.metric_samples (cluster, ts, metric, value) "
-                "SELECT 'c1', ?::TIMESTAMPTZ + to_seconds(i), 'old', i FROM range(1000) t(i)", [old])
-    old_files = _files(settings, "metric_samples")
-    con.execute("INSERT INTO raw.metric_samples (cluster, ts, metric, value) "
-                "SELECT 'c1', ?::TIMESTAMPTZ + to_seconds(i), 'recent', i FROM range(1000) t(i)", [recent])
-    recent_files = _files(settings, "metric_samples") - old_files
+    # Two inserts of 1000 samples each: above DuckLake's inlining limit, so each lands as its own Parquet file.
+    insert_samples(con, _samples(old, "old"))
+    old_files = _files(settings, "metric_points")
+    insert_samples(con, _samples(recent, "recent"))
+    recent_files = _files(settings, "metric_points") - old_files
     assert len(old_files) == 1 and len(recent_files) == 1
     con.execute("INSERT INTO raw.scrapes (cluster, scraped_at, target, up) VALUES ('c1', ?, 'old', true), "
                 "('c1', ?, 'recent', true)", [old, recent])
@@ -69,6 +77,8 @@ def filled(offline_settings: Settings, request: pytest.FixtureRequest):
 
 def test_retention_removes_old_rows_and_files_and_nothing_else(filled) -> None:
     settings, con, old_files, recent_files = filled
+    old_series = con.execute("SELECT count(*) FROM raw.metric_series WHERE metric = 'old'").fetchone()[0]
+    assert old_series in (1, 2)  # one per UTC day its 1000 s touch
     stats = retention.apply(settings, con=con, now=NOW)
 
     assert con.execute("SELECT metric, count(*) FROM raw.metric_samples GROUP BY ALL").fetchall() == [("recent", 1000)]
@@ -80,11 +90,12 @@ def test_retention_removes_old_rows_and_files_and_nothing_else(filled) -> None:
     assert [(n, e) for n, e, _ in k8s] == [("n1", "ADDED"), ("p1", "MODIFIED"), ("p3", "MODIFIED")]
     assert k8s[1][2] == NOW - timedelta(hours=1)
     assert con.execute("SELECT job FROM marts.findings ORDER BY job").fetchall() == [("ended-30d",), ("ongoing",)]
-    assert stats.deleted == {"raw.k8s_objects": 5, "raw.kafka_offsets": 1, "raw.metric_samples": 1000, "raw.scrapes": 1,
-                             "raw.dead_letters": 1, "marts.findings": 1}
+    assert con.execute("SELECT DISTINCT metric FROM raw.metric_series").fetchall() == [("recent",)]
+    assert stats.deleted == {"raw.k8s_objects": 5, "raw.kafka_offsets": 1, "raw.metric_points": 1000, "raw.scrapes": 1,
+                             "raw.dead_letters": 1, "raw.metric_series": old_series, "marts.findings": 1}
 
     # The old Parquet file is gone from disk; the recent one is still there and still read.
-    remaining = _files(settings, "metric_samples")
+    remaining = _files(settings, "metric_points")
     assert not (old_files & remaining)
     assert recent_files <= remaining
     assert all(Path(f).exists() for f in recent_files)
@@ -100,6 +111,6 @@ def test_grace_keeps_files_for_running_queries(filled) -> None:
     settings, con, old_files, _ = filled
     settings = dataclasses.replace(settings, retention=dataclasses.replace(settings.retention, file_grace_minutes=10))
     stats = retention.apply(settings, con=con, now=NOW)
-    assert stats.deleted["raw.metric_samples"] == 1000
+    assert stats.deleted["raw.metric_points"] == 1000
     assert stats.files_deleted == 0
-    assert old_files <= _files(settings, "metric_samples")  # rows gone, file kept until the grace has passed
+    assert old_files <= _files(settings, "metric_points")  # rows gone, file kept until the grace has passed

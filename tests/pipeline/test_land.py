@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gangscope import config
-from gangscope.records import K8sEvent, ScrapeBatch
+from gangscope.records import VERSION, K8sEvent, ScrapeBatch
 from pipeline import lake
 from pipeline.land import land, stored_offsets
 from tests.pipeline.helpers import dcgm_scrape, pod_event
@@ -30,32 +30,30 @@ def test_values_timestamps_and_labels_round_trip_exactly(con) -> None:
     s0 = b.add_series("DCGM_FI_DEV_GPU_UTIL", labels)
     s1 = b.add_series("node_infiniband_port_data_received_bytes_total", {"kubernetes_node": "n2", "port": "1"})
     s2 = b.add_series("no_node_metric", {"instance": "10.0.0.1:9100"})
+    s3 = b.add_series("DCGM_FI_DEV_GPU_UTIL", dict(labels, gpu="1"))  # a name seen before: series get regrouped
     values = [(s0, 42.5, None), (s0, math.nan, 1_767_000_000_999), (s1, math.inf, None), (s1, -math.inf, None),
-              (s2, None, None), (s2, 4294967295.0, 1), (s0, -0.0, None), (s1, 1.7976931348623157e308, None)]
+              (s3, math.nan, 1_767_000_000_500), (s2, None, None), (s2, 4294967295.0, 1), (s0, -0.0, None),
+              (s3, 7.0, None), (s1, 1.7976931348623157e308, None)]
     for s, v, t in values:
         b.add_sample(s, v, t)
     stats = land(con, [(M, 0, 0, b.to_bytes())])
-    assert (stats.samples, stats.scrapes, stats.dead) == (8, 1, 0)
-    rows = con.execute("SELECT ts, metric, labels, value, node, target, job, instance, kafka_offset "
-                       "FROM raw.metric_samples ORDER BY rowid").fetchall()
-    assert len(rows) == 8
-    names = [b.series_metric[s] for s, _, _ in values]
-    assert [r[1] for r in rows] == names
-    assert json.loads(rows[0][2]) == labels
-    for r, (s, v, t) in zip(rows, values, strict=True):
-        assert json.loads(r[2]) == b.series_labels[s]
-        want_ms = 1_767_000_000_123 if t is None else t
-        assert int(r[0].timestamp() * 1000) == want_ms
-        if v is None:
-            assert r[3] is None
-        elif math.isnan(v):
-            assert math.isnan(r[3])
-        else:
-            assert r[3] == v and math.copysign(1, r[3]) == math.copysign(1, v)
-    assert [r[4] for r in rows] == ["n1", "n1", "n2", "n2", None, None, "n1", "n2"]
+    assert (stats.samples, stats.scrapes, stats.dead) == (10, 1, 0)
+    rows = con.execute("SELECT epoch_ms(ts), metric, labels, value, node, target, job, instance "
+                       "FROM raw.metric_samples").fetchall()
+
+    def same(value: float | None) -> object:  # NaN equal to NaN, -0.0 apart from 0.0
+        if value is None or math.isnan(value):
+            return None if value is None else "NaN"
+        return value, math.copysign(1, value)
+
+    node = {s0: "n1", s1: "n2", s2: None, s3: "n1"}
+    got = [(t, m, json.dumps(json.loads(lbl), sort_keys=True), same(v), n) for t, m, lbl, v, n, *_ in rows]
+    want = [(1_767_000_000_123 if t is None else t, b.series_metric[s], json.dumps(b.series_labels[s], sort_keys=True),
+             same(v), node[s]) for s, v, t in values]
+    assert sorted(got, key=repr) == sorted(want, key=repr)
     assert {r[5:8] for r in rows} == {("http://n1:9400/metrics", "dcgm", "n1:9400")}
     assert con.execute("SELECT up, duration_s, samples, epoch_ms(scraped_at) FROM raw.scrapes").fetchall() == [
-        (True, 0.25, 8, 1_767_000_000_123)]
+        (True, 0.25, 10, 1_767_000_000_123)]
 
 
 def test_k8s_event_rows_keep_the_object_exactly(con) -> None:
@@ -83,7 +81,7 @@ def test_k8s_event_rows_keep_the_object_exactly(con) -> None:
 
 def test_bad_records_become_dead_letters_and_good_ones_around_them_land(con) -> None:
     good = pod_event(1).to_bytes()
-    wrong_v = good.replace(b'"v":1', b'"v":7')
+    wrong_v = good.replace(f'"v":{VERSION}'.encode(), b'"v":7')
     unknown_kind = good.replace(b'"kind":"k8s"', b'"kind":"telepathy"')
     bad_type = good.replace(b'"type":"MODIFIED"', b'"type":"BOOKMARK"')
     sc = dcgm_scrape(3)
@@ -106,7 +104,7 @@ def test_bad_records_become_dead_letters_and_good_ones_around_them_land(con) -> 
                        'ORDER BY topic, "offset"').fetchall()
     reasons = {(t, o): r for t, _, o, r, _ in dead}
     assert reasons[(K, 1)].startswith("malformed JSON")
-    assert reasons[(K, 2)] == "unsupported envelope version v=7 (this pipeline reads v=1)"
+    assert reasons[(K, 2)] == f"unsupported envelope version v=7 (this pipeline reads v={VERSION})"
     assert reasons[(K, 3)] == "unknown record kind 'telepathy' on a k8s topic"
     assert reasons[(K, 4)] == "unknown watch event type 'BOOKMARK'"
     assert reasons[(K, 5)] == "empty record"
@@ -150,12 +148,12 @@ def test_compaction_merges_small_files_and_keeps_every_row(con) -> None:
 
     for b in range(6):
         land(con, [(M, 0, b * 20 + i, dcgm_scrape(b * 20 + i).to_bytes()) for i in range(20)])
-    before = con.execute("SELECT count(*) FROM ducklake_list_files('lake', 'metric_samples', schema => 'raw')"
+    before = con.execute("SELECT count(*) FROM ducklake_list_files('lake', 'metric_points', schema => 'raw')"
                          ).fetchone()
-    q = "SELECT kafka_offset, metric, labels, value FROM raw.metric_samples ORDER BY ALL"
+    q = "SELECT ts, metric, labels, value FROM raw.metric_samples ORDER BY ALL"
     rows = con.execute(q).fetchall()
     stats = compact(con, keep=timedelta(0))
-    after = con.execute("SELECT count(*) FROM ducklake_list_files('lake', 'metric_samples', schema => 'raw')"
+    after = con.execute("SELECT count(*) FROM ducklake_list_files('lake', 'metric_points', schema => 'raw')"
                         ).fetchone()
     assert before and after and before[0] == 6 and after[0] == 1
     assert stats.merged_files >= 6 and stats.deleted_files >= 6
@@ -202,11 +200,64 @@ def test_a_bad_label_set_kills_only_its_record_and_shared_label_sets_land_per_re
     assert (stats.scrapes, stats.samples, stats.dead) == (2, 8, 2)
     reasons = dict(con.execute('SELECT "offset", reason FROM raw.dead_letters').fetchall())
     assert reasons == {1: "a label set is not a JSON object", 2: "a label set is not a JSON object"}
-    rows = con.execute("SELECT kafka_offset, target, metric, labels->>'gpu', labels->>'seq', node, value "
-                       "FROM raw.metric_samples ORDER BY kafka_offset, metric, labels->>'gpu'").fetchall()
+    rows = con.execute("SELECT target, metric, labels->>'gpu', labels->>'seq', node, value "
+                       "FROM raw.metric_samples ORDER BY ALL").fetchall()
     want = []
-    for off, b in ((0, same_sets[0]), (3, same_sets[1])):
+    for b in same_sets:
         for s, v in zip(b.sample_series, b.sample_value, strict=True):
             lbl = b.series_labels[s]
-            want.append((off, b.target, b.series_metric[s], lbl["gpu"], "7", lbl["Hostname"], v))
-    assert rows == sorted(want, key=lambda r: (r[0], r[2], r[3]))
+            want.append((b.target, b.series_metric[s], lbl["gpu"], "7", lbl["Hostname"], v))
+    assert rows == sorted(want)
+
+
+def test_a_broken_series_layout_becomes_a_dead_letter(con) -> None:
+    """Series counts per name (mc) and label-set runs (lr) must agree with each other and with mn/ls/x."""
+    rec = json.loads(dcgm_scrape(5).to_bytes())  # 2 names x 2 GPUs: mc=[2,2], lr=[0,2,0,2]
+    assert rec["mc"] == [2, 2] and rec["lr"] == [0, 2, 0, 2]
+    broken = {
+        1: (dict(rec, mc=[2]), "series counts per name differ in length (mn=2 mc=1)"),
+        2: (dict(rec, mc=[5, -1]), "a negative series count in mc"),
+        3: (dict(rec, lr=[0, 2, 0]), "label-set runs (lr) are not (first, count) pairs"),
+        4: (dict(rec, lr=[0, 2, 0, 1]), "label-set runs cover 3 series, mc 4"),
+        5: (dict(rec, lr=[0, 2, 1, 2]), "a series refers to a label set that does not exist"),
+        6: (dict(rec, lr=[-1, 2, 0, 2]), "a series refers to a label set that does not exist"),
+        7: (dict(rec, mc=[2, None]), "a null in an index or count list (mc, lr, s, ni)"),
+        8: (dict(rec, s=[0, None, 2, 3]), "a null in an index or count list (mc, lr, s, ni)"),
+        # Runs reuse label sets, so series could grow as len(lr) x len(ls): bounded by the samples instead.
+        9: (dict(rec, mc=[2, 2000], lr=[0, 2] * 1001, s=[0, 1, 2, 3]), "more series (mc: 2002) than samples (x: 4)"),
+    }
+    batch = [(M, 0, 0, dcgm_scrape(4).to_bytes())]
+    batch += [(M, 0, off, json.dumps(r).encode()) for off, (r, _) in broken.items()]
+    batch += [(M, 0, 10, dcgm_scrape(6).to_bytes())]
+    stats = land(con, batch)
+    assert (stats.scrapes, stats.samples, stats.dead) == (2, 8, 9)
+    assert dict(con.execute('SELECT "offset", reason FROM raw.dead_letters').fetchall()) == {
+        off: why for off, (_, why) in broken.items()}
+    assert con.execute("SELECT DISTINCT labels->>'seq' FROM raw.metric_samples ORDER BY 1").fetchall() == [
+        ("4",), ("6",)]
+
+
+def test_series_land_once_per_day_and_samples_find_them(con) -> None:
+    """A series' text lands once per UTC day however many scrapes carry it; each sample joins exactly one."""
+    day_ms = 86_400_000
+    scrapes = [dcgm_scrape(1), dcgm_scrape(1), dcgm_scrape(1)]
+    scrapes[1].scraped_at_ms += 15_000
+    scrapes[2].scraped_at_ms += day_ms  # the next day: its series get their own rows
+    land(con, [(M, 0, i, b.to_bytes()) for i, b in enumerate(scrapes[:2])])
+    land(con, [(M, 0, 2, scrapes[2].to_bytes())])
+    assert con.execute("SELECT day, count(*) FROM raw.metric_series GROUP BY day ORDER BY day").fetchall() == [
+        (d, 4) for d in sorted({datetime.fromtimestamp(b.scraped_at_ms / 1000, UTC).date() for b in scrapes})]
+    assert con.execute("SELECT count(*), count(DISTINCT series) FROM raw.metric_points").fetchone() == (12, 8)
+    assert con.execute("SELECT count(*) FROM raw.metric_samples").fetchone() == (12,)
+
+
+def test_series_travel_grouped_by_name_with_each_label_set_once() -> None:
+    b = ScrapeBatch("c1", "http://n1:9400/metrics", "dcgm", "n1:9400", 1_767_000_000_000)
+    for metric, labels, value in (("m1", {"a": "1", "b": "2"}, 1.0), ("m2", {"b": "2", "a": "1"}, 2.0),
+                                  ("m1", {"a": "3"}, 3.0)):
+        b.add_sample(b.add_series(metric, labels), value)
+    wire = json.loads(b.to_bytes())
+    assert (wire["mn"], wire["mc"]) == (["m1", "m2"], [2, 1])
+    assert wire["ls"] == ['{"a":"1","b":"2"}', '{"a":"3"}']  # one text whatever the key order
+    assert wire["lr"] == [0, 2, 0, 1]  # series m1{a=1,b=2}, m1{a=3}, m2{a=1,b=2}
+    assert (wire["s"], wire["x"]) == ([], [1.0, 3.0, 2.0])  # samples follow their series

@@ -43,23 +43,23 @@ class Raw:
 
     def sample(self, minutes: float, metric: str, labels: dict[str, str], value: float) -> None:
         node = labels.get("Hostname") or labels.get("node")
-        self.samples.append((self.cluster, ts(minutes), metric, json.dumps(labels), value, node, "t", "job", "i", 0,
-                             len(self.samples)))
+        self.samples.append((self.cluster, ts(minutes), metric, json.dumps(labels), value, node, "t", "job", "i"))
 
     def write(self, con: duckdb.DuckDBPyConnection) -> None:
         import polars as pl
 
+        from pipeline.land import insert_samples
+
         k8s_cols = ["cluster", "observed_at", "event_type", "api_version", "kind", "namespace", "name", "uid",
                     "resource_version", "object", "kafka_partition", "kafka_offset"]
-        s_cols = ["cluster", "ts", "metric", "labels", "value", "node", "target", "job", "instance", "kafka_partition",
-                  "kafka_offset"]
-        for rows, cols, table, cast in ((self.k8s, k8s_cols, "raw.k8s_objects", "object"),
-                                        (self.samples, s_cols, "raw.metric_samples", "labels")):
-            if rows:
-                con.register("_rows", pl.DataFrame(rows, schema=cols, orient="row").to_arrow())
-                select = ", ".join(f"{c}::JSON" if c == cast else c for c in cols)
-                con.execute(f"INSERT INTO {table} SELECT {select} FROM _rows")
-                con.unregister("_rows")
+        if self.k8s:
+            con.register("_rows", pl.DataFrame(self.k8s, schema=k8s_cols, orient="row").to_arrow())
+            select = ", ".join(f"{c}::JSON" if c == "object" else c for c in k8s_cols)
+            con.execute(f"INSERT INTO raw.k8s_objects SELECT {select} FROM _rows")
+            con.unregister("_rows")
+        if self.samples:
+            insert_samples(con, pl.DataFrame(self.samples, orient="row", schema=[
+                "cluster", "ts", "metric", "labels", "value", "node", "target", "job", "instance"]))
         self.k8s, self.samples = [], []
 
 
