@@ -198,8 +198,12 @@ class Publisher:
                 log.warning("kafka at %s unavailable; %d record(s) buffered, retrying in %.1fs",
                             self._bootstrap, self.buffered, backoff)
                 self._drop_producer()
+                # The whole backoff: publish() notifies on every record, and waking on those retried a
+                # down broker at the rate records arrived.
+                deadline = time.monotonic() + backoff
                 with self._cond:
-                    self._cond.wait(backoff)
+                    while not self._closing and (left := deadline - time.monotonic()) > 0:
+                        self._cond.wait(left)
                 backoff = min(RETRY_MAX_S, backoff * 2)
             else:
                 backoff = 0.1
