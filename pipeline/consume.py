@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 POLL_RECORDS = 500  # records per poll; batches fill over several polls, so the byte bound holds
 NO_ASSIGNMENT_GIVE_UP_S = 60.0  # --once: exit if the group never assigns us a partition
+DECODERS = 2  # decoding is the slowest stage; a second decoder uses the CPU the fetch and the writer leave
 _NULL_ID = "00000000-0000-0000-0000-000000000000"
 
 
@@ -74,42 +75,60 @@ class _Rebalance(ConsumerRebalanceListener):
 
 
 class _Lander:
-    """Lands batches on two threads of its own so the next batch is polled and buffered meanwhile.
+    """Lands batches on threads of its own so the next batch is polled and buffered meanwhile.
 
-    A decoder thread turns batch N+1 into frames while the writer thread commits batch N (Polars
-    and DuckDB release the GIL), and both overlap kafka-python's fetching. One batch waits for each
-    stage, which bounds memory to about five batches (buffer, queued, decoding, decoded, writing).
+    Decoder threads turn batches N+1 and N+2 into frames while the writer thread commits batch N, in
+    submission order (Polars and DuckDB release the GIL), and all overlap kafka-python's fetching. One
+    batch waits to be decoded, which bounds memory to about six batches (buffer, queued, two decoding
+    or decoded, writing). bench/ingest.py, 24000 scrapes, alternating runs in one session: one decoder
+    ratio 0.51 / 0.57, two 0.62 (and 0.54 / 0.57 just before).
     Measured with bench/ingest.py (6000 dcgm scrapes, medians of 3, same session): decoding in the
     writer thread landed 499k samples/s (ratio to a raw read 0.38); on its own thread 674k (0.50).
     A decoder process instead of the thread was slower (ratio 0.35-0.51 vs 0.41-0.66, alternating runs):
     pickling the frames back cost more than the GIL it saved.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, ids: dict[str, str]) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, ids: dict[str, str], decoders: int = DECODERS) -> None:
         self.con, self.ids = con, ids
-        self.jobs: queue.Queue[list[Record] | None] = queue.Queue(maxsize=1)
-        self.ready: queue.Queue[Prepared | None] = queue.Queue(maxsize=1)
+        self.jobs: queue.Queue[tuple[int, list[Record]] | None] = queue.Queue(maxsize=1)
+        self.cond = threading.Condition()
+        self.decoded: dict[int, Prepared] = {}  # by sequence number, until the writer takes it in order
+        self.submitted = 0
+        self.closing = False
         self.done: queue.Queue[LandStats] = queue.Queue()
         self.error: BaseException | None = None
         self.pending = 0  # batches handed over and not yet reported back
-        self.threads = [threading.Thread(target=self._decode, name="gangscope-decoder", daemon=True),
-                        threading.Thread(target=self._write, name="gangscope-lander", daemon=True)]
+        self.threads = [threading.Thread(target=self._decode, name=f"gangscope-decoder-{i}", daemon=True)
+                        for i in range(decoders)]
+        self.threads.append(threading.Thread(target=self._write, name="gangscope-lander", daemon=True))
         for t in self.threads:
             t.start()
 
     def _decode(self) -> None:
-        while (batch := self.jobs.get()) is not None:
+        while (job := self.jobs.get()) is not None:
+            seq, batch = job
             prep = Prepared(batch, {})  # after a failure: nothing to land, but still reported back
             try:
                 if self.error is None:
                     prep = prepare(batch, self.ids)
             except BaseException as e:  # reported on the consuming thread
                 self.error = e
-            self.ready.put(prep)
-        self.ready.put(None)
+            with self.cond:
+                self.decoded[seq] = prep
+                self.cond.notify_all()
 
     def _write(self) -> None:
-        while (prep := self.ready.get()) is not None:
+        """Batches land in the order they were submitted: a partition's stored offset only moves forward,
+        so a later batch landed first would make the earlier one look landed already."""
+        seq = 0
+        while True:
+            with self.cond:
+                while seq not in self.decoded and not (self.closing and seq == self.submitted):
+                    self.cond.wait()
+                if seq not in self.decoded:
+                    return
+                prep = self.decoded.pop(seq)
+            seq += 1
             try:
                 if self.error is None:
                     self.done.put(write(self.con, prep, self.ids))
@@ -121,7 +140,10 @@ class _Lander:
     def submit(self, batch: list[Record]) -> None:
         self.check()
         self.pending += 1
-        self.jobs.put(batch)
+        with self.cond:
+            seq = self.submitted
+            self.submitted += 1
+        self.jobs.put((seq, batch))
 
     def results(self, wait: bool = False) -> list[LandStats]:
         """Stats of batches landed since the last call; with ``wait``, wait for all pending."""
@@ -140,7 +162,11 @@ class _Lander:
             raise self.error
 
     def close(self) -> None:
-        self.jobs.put(None)
+        for _ in self.threads[:-1]:
+            self.jobs.put(None)
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
         for t in self.threads:
             t.join()
 

@@ -110,3 +110,26 @@ def test_analyst_reads_while_the_pipeline_writes_and_sigterm_lands_the_batch(set
     assert settings.kafka.bootstrap_servers
     consume.run(settings, settings.kafka.bootstrap_servers, once=True)
     assert _counts(settings)[:2] == (260, 260)
+
+
+def test_batches_decoded_out_of_order_land_in_order(offline_settings: config.Settings) -> None:
+    """Two decoders: a small batch finishes decoding before the big one submitted ahead of it, yet lands after
+    it (landed first, its stored offset would make the big batch look landed already, and skip it)."""
+    from pipeline.land import stored_offsets
+    from tests.pipeline.helpers import dcgm_scrape
+
+    topic = "gs.metrics"
+    big = [(topic, 0, i, dcgm_scrape(i, gpus=8).to_bytes()) for i in range(600)]
+    small = [(topic, 0, 600, dcgm_scrape(600).to_bytes())]
+    con = lake.connect(offline_settings)
+    lander = consume._Lander(con, {})
+    try:
+        lander.submit(big)
+        lander.submit(small)
+        stats = lander.results(wait=True)
+    finally:
+        lander.close()
+    assert [s.samples for s in stats] == [600 * 16, 4]  # reported in order, nothing skipped
+    assert con.execute("SELECT count(*) FROM raw.metric_points").fetchone() == (600 * 16 + 4,)
+    assert stored_offsets(con) == {(topic, 0): 601}
+    con.close()
