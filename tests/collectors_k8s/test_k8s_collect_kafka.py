@@ -51,6 +51,10 @@ def test_collect_every_kind_relist_resume_and_late_crd(settings, api, reference)
         api.drop_watch_after = 1
         for i in range(4):
             api.put("", "v1", "pods", objects.pod(reference, f"extra-{i}"))
+        # Seen (resumed past the cut) before one of them is deleted: a pod created and deleted while the
+        # collector was away is never seen at all, and would make this test flaky.
+        wait_for(lambda: {f"extra-{i}" for i in range(4)} <= {
+            name for r in coll.active["pods"][1] for _, _, name in list(r.known.values())})
         # 410 Gone while away: relist, DELETED for what vanished.
         with api.cond:
             api.delete("", "v1", "pods", "extra-0", "team-a")
