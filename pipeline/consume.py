@@ -79,13 +79,10 @@ class _Lander:
 
     Decoder threads turn batches N+1 and N+2 into frames while the writer thread commits batch N, in
     submission order (Polars and DuckDB release the GIL), and all overlap kafka-python's fetching. One
-    batch waits to be decoded, which bounds memory to about six batches (buffer, queued, two decoding
-    or decoded, writing). bench/ingest.py, 24000 scrapes, alternating runs in one session: one decoder
-    ratio 0.51 / 0.57, two 0.62 (and 0.54 / 0.57 just before).
-    Measured with bench/ingest.py (6000 dcgm scrapes, medians of 3, same session): decoding in the
-    writer thread landed 499k samples/s (ratio to a raw read 0.38); on its own thread 674k (0.50).
-    A decoder process instead of the thread was slower (ratio 0.35-0.51 vs 0.41-0.66, alternating runs):
-    pickling the frames back cost more than the GIL it saved.
+    batch waits to be decoded, which bounds memory to about seven batches (buffer, queued, two decoding
+    or decoded, one more decoded, writing). bench/ingest.py, 24000 scrapes, alternating runs in one
+    session: one decoder ratio 0.51 / 0.57, two 0.62 (and 0.54 / 0.57 just before). Decoding in the
+    writer thread was slower still, and so were decoder processes (docs/lake.md).
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, ids: dict[str, str], decoders: int = DECODERS) -> None:
@@ -94,6 +91,8 @@ class _Lander:
         self.cond = threading.Condition()
         self.decoded: dict[int, Prepared] = {}  # by sequence number, until the writer takes it in order
         self.submitted = 0
+        self.written = 0  # sequence number of the next batch the writer takes
+        self.decoders = decoders
         self.closing = False
         self.done: queue.Queue[LandStats] = queue.Queue()
         self.error: BaseException | None = None
@@ -114,21 +113,26 @@ class _Lander:
             except BaseException as e:  # reported on the consuming thread
                 self.error = e
             with self.cond:
+                # A writer that falls behind holds the decoders back: at most one decoded batch per decoder
+                # (plus the one it writes next) waits, so memory stays bounded whatever the backlog.
+                while seq > self.written + self.decoders:
+                    self.cond.wait()
                 self.decoded[seq] = prep
                 self.cond.notify_all()
 
     def _write(self) -> None:
         """Batches land in the order they were submitted: a partition's stored offset only moves forward,
         so a later batch landed first would make the earlier one look landed already."""
-        seq = 0
         while True:
             with self.cond:
+                seq = self.written
                 while seq not in self.decoded and not (self.closing and seq == self.submitted):
                     self.cond.wait()
                 if seq not in self.decoded:
                     return
                 prep = self.decoded.pop(seq)
-            seq += 1
+                self.written += 1
+                self.cond.notify_all()
             try:
                 if self.error is None:
                     self.done.put(write(self.con, prep, self.ids))

@@ -133,3 +133,41 @@ def test_batches_decoded_out_of_order_land_in_order(offline_settings: config.Set
     assert con.execute("SELECT count(*) FROM raw.metric_points").fetchone() == (600 * 16 + 4,)
     assert stored_offsets(con) == {(topic, 0): 601}
     con.close()
+
+
+def test_a_writer_behind_holds_the_decoders_back(offline_settings: config.Settings, monkeypatch) -> None:
+    """Memory stays bounded whatever the backlog: with the writer stuck, submitting stops after a few batches."""
+    from tests.pipeline.helpers import dcgm_scrape
+
+    release = threading.Event()
+    real_write = consume.write
+
+    def slow_write(*args, **kwargs):
+        release.wait(30)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(consume, "write", slow_write)
+    con = lake.connect(offline_settings)
+    lander = consume._Lander(con, {})
+    handed = []
+
+    def feed() -> None:
+        for b in range(20):
+            lander.submit([("gs.metrics", 0, b, dcgm_scrape(b).to_bytes())])
+            handed.append(b)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        time.sleep(1.0)
+        # writing 1, decoded and waiting at most decoders + 1, one in each decoder's hands, one queued
+        assert len(lander.decoded) <= lander.decoders + 1
+        assert len(handed) <= 1 + (lander.decoders + 1) + lander.decoders + 1
+        release.set()
+        feeder.join(30)
+        stats = lander.results(wait=True)
+    finally:
+        release.set()
+        lander.close()
+    assert len(handed) == 20 and [s.next_offsets for s in stats] == [{("gs.metrics", 0): b + 1} for b in range(20)]
+    con.close()
