@@ -76,3 +76,20 @@ def publish(settings: Settings, events: range, scrapes: range = range(0)) -> dic
             pub.publish(dcgm_scrape(i))
         assert pub.flush(60)
         return pub.acked_offsets()
+
+
+def landed_counts(settings: Settings, con=None) -> tuple[int, int, int, int]:
+    """(k8s rows, distinct uids, samples, distinct samples) in the lake: equal pairs mean nothing doubled."""
+    from pipeline import lake
+
+    own = con is None
+    con = con or lake.connect(settings, read_only=True)
+    try:
+        k = con.execute("SELECT count(*), count(DISTINCT uid) FROM raw.k8s_objects").fetchone()
+        m = con.execute("SELECT count(*), count(DISTINCT (labels->>'seq', metric, labels->>'gpu')) "
+                        "FROM raw.metric_samples").fetchone()
+        assert k and m
+        return k[0], k[1], m[0], m[1]
+    finally:
+        if own:
+            con.close()

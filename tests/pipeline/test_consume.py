@@ -10,21 +10,7 @@ import time
 
 from gangscope import config
 from pipeline import consume, lake
-from tests.pipeline.helpers import publish, start_pipeline
-
-
-def _counts(settings: config.Settings, con=None) -> tuple[int, int, int, int]:
-    own = con is None
-    con = con or lake.connect(settings, read_only=True)
-    try:
-        k = con.execute("SELECT count(*), count(DISTINCT uid) FROM raw.k8s_objects").fetchone()
-        m = con.execute("SELECT count(*), count(DISTINCT (labels->>'seq', metric, labels->>'gpu')) "
-                        "FROM raw.metric_samples").fetchone()
-        assert k and m
-        return k[0], k[1], m[0], m[1]
-    finally:
-        if own:
-            con.close()
+from tests.pipeline.helpers import landed_counts, publish, start_pipeline
 
 
 def test_restart_resumes_where_it_stopped_whatever_kafka_committed(settings: config.Settings) -> None:
@@ -38,7 +24,7 @@ def test_restart_resumes_where_it_stopped_whatever_kafka_committed(settings: con
     settings.pipeline.group_id += "-other"
     second = consume.run(settings, bootstrap, until=acked)
     assert (second.k8s_rows, second.scrapes, second.skipped) == (100, 10, 0)
-    assert _counts(settings) == (250, 250, 240, 240)
+    assert landed_counts(settings) == (250, 250, 240, 240)
 
 
 def test_until_returns_once_the_given_offsets_are_landed(settings: config.Settings) -> None:
@@ -68,7 +54,7 @@ def test_two_pipelines_in_one_group_split_partitions_and_land_each_record_once(s
         out, _ = p.communicate(timeout=120)
         outs.append(out.decode())
         assert p.returncode == 0, out.decode()[-2000:]
-    assert _counts(settings) == (1200, 1200, 1200, 1200)
+    assert landed_counts(settings) == (1200, 1200, 1200, 1200)
     # Both members held a share of the 8 partitions at some point.
     for out in outs:
         shares = [int(n) for n in re.findall(r"assigned (\d+) partition", out)]
@@ -84,7 +70,7 @@ def test_analyst_reads_while_the_pipeline_writes_and_sigterm_lands_the_batch(set
         publish(settings, range(0, 200))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            seen.append(_counts(settings, analyst)[0])  # read-only, mid-ingest
+            seen.append(landed_counts(settings, analyst)[0])  # read-only, mid-ingest
             if seen[-1] == 200:
                 break
             time.sleep(0.1)
@@ -104,12 +90,12 @@ def test_analyst_reads_while_the_pipeline_writes_and_sigterm_lands_the_batch(set
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    k, kd, _, _ = _counts(settings)
+    k, kd, _, _ = landed_counts(settings)
     assert k == kd and k >= 200
     # Whatever was not landed before SIGTERM lands on the next run, once.
     assert settings.kafka.bootstrap_servers
     consume.run(settings, settings.kafka.bootstrap_servers, once=True)
-    assert _counts(settings)[:2] == (260, 260)
+    assert landed_counts(settings)[:2] == (260, 260)
 
 
 def test_batches_decoded_out_of_order_land_in_order(offline_settings: config.Settings) -> None:

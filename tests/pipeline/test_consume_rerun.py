@@ -7,7 +7,7 @@ import threading
 from gangscope import config
 from pipeline import consume, lake
 from pipeline.publish import Publisher
-from tests.pipeline.helpers import pod_event, publish
+from tests.pipeline.helpers import landed_counts, pod_event, publish
 
 
 def _run_until(settings: config.Settings, acked: dict[tuple[str, int], int]) -> consume.ConsumeStats:
@@ -24,18 +24,6 @@ def _run_until(settings: config.Settings, acked: dict[tuple[str, int], int]) -> 
     return stats
 
 
-def _rows(settings: config.Settings) -> tuple[int, int, int, int]:
-    con = lake.connect(settings, read_only=True)
-    try:
-        k = con.execute("SELECT count(*), count(DISTINCT uid) FROM raw.k8s_objects").fetchone()
-        m = con.execute("SELECT count(*), count(DISTINCT (labels->>'seq', metric, labels->>'gpu')) "
-                        "FROM raw.metric_samples").fetchone()
-        assert k and m
-        return k[0], k[1], m[0], m[1]
-    finally:
-        con.close()
-
-
 def test_consecutive_runs_in_one_process_same_group(settings: config.Settings) -> None:
     assert not settings.lake_path.exists() and not settings.data.exists()  # a fresh data dir: no lake yet
     first = _run_until(settings, publish(settings, range(0, 60), range(0, 10)))
@@ -45,7 +33,7 @@ def test_consecutive_runs_in_one_process_same_group(settings: config.Settings) -
     assert (second.k8s_rows, second.scrapes, second.skipped, second.dead) == (40, 5, 0, 0)
     third = _run_until(settings, publish(settings, range(100, 110)))
     assert (third.k8s_rows, third.scrapes) == (10, 0)
-    assert _rows(settings) == (110, 110, 60, 60)  # nothing lost, nothing doubled
+    assert landed_counts(settings) == (110, 110, 60, 60)  # nothing lost, nothing doubled
 
 
 def test_run_once_creates_the_lake_on_a_fresh_data_dir(settings: config.Settings) -> None:
@@ -54,7 +42,7 @@ def test_run_once_creates_the_lake_on_a_fresh_data_dir(settings: config.Settings
     assert not settings.data.exists()
     stats = consume.run(settings, settings.kafka.bootstrap_servers, once=True)
     assert stats.k8s_rows == 5
-    assert _rows(settings)[:2] == (5, 5)
+    assert landed_counts(settings)[:2] == (5, 5)
 
 
 def test_readers_get_a_clear_error_and_writers_a_complete_lake(offline_settings: config.Settings) -> None:
