@@ -19,9 +19,9 @@ import pytest
 
 from gangscope import config
 from gangscope.records import K8sEvent
-from pipeline import kafka as pkafka
+from gangscope.transport import kafka as pkafka
+from gangscope.transport.publish import Publisher
 from pipeline import lake
-from pipeline.publish import Publisher
 
 pytest.importorskip("pipeline.consume", reason="the consume loop (pipeline/consume.py, issue #2) has not landed")
 
@@ -41,7 +41,7 @@ def _event(i: int) -> K8sEvent:
 
 def _spawn(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", "import sys; from gangscope.cli import main; sys.exit(main())", "pipeline"],
+        [sys.executable, "-c", "import sys; from gangscope.app.cli import main; sys.exit(main())", "pipeline"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
     )
 
