@@ -78,7 +78,7 @@ def make_event(i: int) -> dict[str, Any]:
 
 
 def serve(n_pods: int, n_events: int, conn: Any) -> None:
-    from tests.fakes.k8s_api import FakeApiServer
+    from collectors.simulate.apiserver import ApiServer as FakeApiServer
 
     api = FakeApiServer().start()
     api.serve("", "v1", "pods", "Pod")

@@ -12,7 +12,7 @@ from kafka import TopicPartition
 
 from gangscope.config import Settings
 from gangscope.transport import kafka as pkafka
-from tests.fakes.k8s_api import FakeApiServer
+from collectors.simulate.apiserver import ApiServer as FakeApiServer
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tests.fakes.k8s_api import FakeApiServer
+from collectors.simulate.apiserver import ApiServer as FakeApiServer
 
 # (group, version, plural, kind, namespaced) a 1.36 cluster with Kueue 0.16+, both PodGroup CRDs.
 CORE = [("", "v1", "pods", "Pod", True), ("", "v1", "nodes", "Node", False), ("", "v1", "events", "Event", True)]

@@ -1,36 +1,46 @@
-"""A small Kubernetes API server for tests: the real HTTP protocol, any resource you register.
+"""A Kubernetes API server in memory: the real HTTP protocol for the sandbox and the tests.
 
-It serves discovery (``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>/<version>``),
-paginated lists (``limit``/``continue``, ``labelSelector`` equality terms), and watches:
-chunked JSON lines from a ``resourceVersion``, BOOKMARK events, ``410 Gone`` for a
-compacted resourceVersion (as an HTTP 410 or as an ``ERROR`` event, see ``gone_as``),
-and connections dropped mid-stream on demand (``drop_watch_after``).
+It serves what a collector and ``kubectl`` read: ``/version``, discovery (``/api``, ``/api/v1``,
+``/apis``, ``/apis/<group>/<version>``), paginated lists (``limit``/``continue``), single-object
+GETs, ``labelSelector`` (``=``, ``==``, ``!=``, ``in``, ``notin``, exists, ``!key``) and
+``fieldSelector`` (``=``, ``==``, ``!=`` on any dotted path, e.g. ``spec.nodeName``,
+``metadata.namespace``, ``status.phase``), and watches: chunked JSON lines from a
+``resourceVersion``, BOOKMARK events, ``410 Gone`` for a compacted resourceVersion (as an HTTP 410
+or as an ``ERROR`` event, see ``gone_as``), and streams dropped mid-line on demand
+(``drop_watch_after``). ``mount(prefix, handler)`` serves other GET paths from the same port
+(the sandbox's exporters).
 
 Usage::
 
-    api = FakeApiServer().start()
+    api = ApiServer().start()
     api.serve("", "v1", "pods", "Pod")
     api.put("", "v1", "pods", {"metadata": {"name": "p", "namespace": "ns"}, ...})
     api.url  # http://127.0.0.1:PORT
     api.stop()
 
-resourceVersions are one global counter, like etcd's. ``compact()`` forgets history so
-older resourceVersions get 410.
+resourceVersions are one global counter, like etcd's. ``compact()`` forgets history so older
+resourceVersions get 410.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import json
+import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 GVR = tuple[str, str, str]  # group ("" for core), version, plural
+# A mounted GET handler: path and query -> (HTTP code, content type, body), or None for 404.
+Mount = Callable[[str, dict[str, list[str]]], "tuple[int, str, bytes] | None"]
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
 
 @dataclass
@@ -38,20 +48,42 @@ class _Resource:
     kind: str
     namespaced: bool
     objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (ns, name) -> obj
-    history: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)  # (rv, type, obj)
+    history: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)  # (rv, type, obj), rv rising
 
 
 def _api_version(group: str, version: str) -> str:
     return f"{group}/{version}" if group else version
 
 
-def _matches(obj: dict[str, Any], selector: str | None) -> bool:
+_SET_TERM = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+
+
+def _terms(selector: str) -> list[str]:
+    """Split on commas outside parentheses (``env in (a,b),tier!=x``)."""
+    out, depth, cur = [], 0, ""
+    for ch in selector:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [t.strip() for t in [*out, cur] if t.strip()]
+
+
+def label_matches(obj: dict[str, Any], selector: str | None) -> bool:
+    """Whether ``obj``'s labels satisfy a Kubernetes label selector string."""
     if not selector:
         return True
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    for term in selector.split(","):
-        term = term.strip()
-        if "!=" in term:
+    for term in _terms(selector):
+        m = _SET_TERM.match(term)
+        if m:
+            key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
+            if (op == "in") != (labels.get(key) in values):
+                return False
+        elif "!=" in term:
             k, v = term.split("!=", 1)
             if labels.get(k.strip()) == v.strip():
                 return False
@@ -67,7 +99,30 @@ def _matches(obj: dict[str, Any], selector: str | None) -> bool:
     return True
 
 
-class FakeApiServer:
+def _path_value(obj: dict[str, Any], path: str) -> str:
+    cur: Any = obj
+    for part in path.split("."):
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    return "" if cur is None else str(cur)
+
+
+def field_matches(obj: dict[str, Any], selector: str | None) -> bool:
+    """Whether ``obj`` satisfies a field selector (``a.b=c``, ``a.b==c``, ``a.b!=c``; a missing field is "")."""
+    if not selector:
+        return True
+    for term in _terms(selector):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if _path_value(obj, k.strip()) == v.strip():
+                return False
+        else:
+            k, _, v = term.replace("==", "=").partition("=")
+            if _path_value(obj, k.strip()) != v.strip():
+                return False
+    return True
+
+
+class ApiServer:
     """Thread-safe in-memory API server on a loopback port."""
 
     def __init__(self, bookmark_interval_s: float = 0.2) -> None:
@@ -82,25 +137,27 @@ class FakeApiServer:
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
         self.served_lists = 0
         self.authorizations: list[str | None] = []  # the Authorization header of each request
+        self.mounts: dict[str, Mount] = {}
         self._server: ThreadingHTTPServer | None = None
         self._closing = False
 
     # -- lifecycle ---------------------------------------------------------------------
-    def start(self) -> FakeApiServer:
+    def start(self, host: str = "127.0.0.1", port: int = 0) -> ApiServer:
         api = self
 
         class Handler(_Handler):
             server_api = api
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._server = _Server((host, port), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="fake-k8s-api", daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, name="k8s-api", daemon=True).start()
         return self
 
     @property
     def url(self) -> str:
         assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
 
     def stop(self) -> None:
         self._closing = True
@@ -109,6 +166,10 @@ class FakeApiServer:
         if self._server:
             self._server.shutdown()
             self._server.server_close()
+
+    def mount(self, prefix: str, handler: Mount) -> None:
+        """Serve GETs under ``prefix`` (e.g. ``/exporters/``) with ``handler``."""
+        self.mounts[prefix] = handler
 
     # -- state -------------------------------------------------------------------------
     def serve(self, group: str, version: str, plural: str, kind: str, namespaced: bool = True) -> None:
@@ -143,7 +204,7 @@ class FakeApiServer:
     def delete(self, group: str, version: str, plural: str, name: str, namespace: str = "") -> None:
         with self.cond:
             res = self.resources[(group, version, plural)]
-            obj = copy.deepcopy(res.objects.pop((namespace, name)))
+            obj = copy.deepcopy(res.objects.pop((namespace if res.namespaced else "", name)))
             self.rv += 1
             obj["metadata"]["resourceVersion"] = str(self.rv)
             res.history.append((self.rv, "DELETED", obj))
@@ -167,26 +228,41 @@ class FakeApiServer:
         return sum(1 for p, q in list(self.requests)
                    if (path is None or p == path) and (watch is None or ("watch" in q) == watch))
 
+    def groups(self) -> dict[str, list[str]]:
+        with self.cond:
+            out: dict[str, list[str]] = {}
+            for g, v, _ in self.resources:
+                out.setdefault(g, [])
+                if v not in out[g]:
+                    out[g].append(v)
+        return out
+
 
 class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # clients hang up on watches all the time
 
 
+def _since(history: list[tuple[int, str, dict[str, Any]]], rv: int) -> list[tuple[int, str, dict[str, Any]]]:
+    return history[bisect.bisect_right(history, rv, key=lambda h: h[0]):]
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server_api: FakeApiServer
+    server_api: ApiServer
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass
 
-    def _json(self, code: int, body: Any) -> None:
-        data = json.dumps(body).encode()
+    def _send(self, code: int, ctype: str, data: bytes) -> None:
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _json(self, code: int, body: Any) -> None:
+        self._send(code, "application/json", json.dumps(body).encode())
 
     def _status(self, code: int, reason: str, message: str) -> None:
         self._json(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -196,15 +272,19 @@ class _Handler(BaseHTTPRequestHandler):
         api = self.server_api
         u = urlparse(self.path)
         q = parse_qs(u.query)
+        for prefix, handler in api.mounts.items():
+            if u.path.startswith(prefix):
+                answer = handler(u.path, q)
+                return self._send(*answer) if answer else self._send(404, "text/plain", b"not found\n")
         api.requests.append((u.path, q))
         api.authorizations.append(self.headers.get("Authorization"))
         parts = [p for p in u.path.split("/") if p]
-        with api.cond:
-            groups: dict[str, list[str]] = {}
-            for g, v, _ in api.resources:
-                groups.setdefault(g, [])
-                if v not in groups[g]:
-                    groups[g].append(v)
+        if parts == ["version"]:
+            return self._json(200, {"major": "1", "minor": "35", "gitVersion": "v1.35.0-gangscope-sandbox",
+                                    "platform": "linux/amd64"})
+        if parts and parts[0] in ("healthz", "livez", "readyz"):
+            return self._send(200, "text/plain", b"ok")
+        groups = api.groups()
         if parts == ["api"]:
             return self._json(200, {"kind": "APIVersions", "versions": groups.get("", []),
                                     "serverAddressByClientCIDRs": []})
@@ -213,9 +293,9 @@ class _Handler(BaseHTTPRequestHandler):
                 {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
                  "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
                 for g, vs in groups.items() if g]})
-        if parts and parts[0] == "api":
+        if len(parts) >= 2 and parts[0] == "api":
             group, rest = "", parts[1:]
-        elif parts and parts[0] == "apis" and len(parts) >= 3:
+        elif len(parts) >= 3 and parts[0] == "apis":
             group, rest = parts[1], parts[2:]
         else:
             return self._status(404, "NotFound", f"the server could not find the requested resource {u.path}")
@@ -223,20 +303,30 @@ class _Handler(BaseHTTPRequestHandler):
         if not rest:
             return self._discovery(group, version)
         namespace = ""
-        if len(rest) == 3 and rest[0] == "namespaces":
+        if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
-        if len(rest) != 1:
+        if len(rest) not in (1, 2):
             return self._status(404, "NotFound", f"unsupported path {u.path}")
         with api.cond:
             res = api.resources.get((group, version, rest[0]))
         if res is None:
             return self._status(404, "NotFound", f"the server could not find the requested resource {u.path}")
+        if len(rest) == 2:
+            return self._get(res, group, version, rest[0], namespace, rest[1])
         one = lambda name: q.get(name, [None])[0]  # noqa: E731
+        selectors = (one("labelSelector"), one("fieldSelector"))
         if one("watch") in ("1", "true"):
             return self._watch(res, namespace, one("resourceVersion"), one("allowWatchBookmarks") == "true",
-                               float(one("timeoutSeconds") or 60), one("labelSelector"))
-        return self._list(res, group, version, namespace, int(one("limit") or 0), one("continue"),
-                          one("labelSelector"))
+                               float(one("timeoutSeconds") or 60), selectors)
+        return self._list(res, group, version, namespace, int(one("limit") or 0), one("continue"), selectors)
+
+    def _get(self, res: _Resource, group: str, version: str, plural: str, namespace: str, name: str) -> None:
+        with self.server_api.cond:
+            obj = res.objects.get((namespace if res.namespaced else "", name))
+            body = json.dumps(obj).encode() if obj is not None else None
+        if body is None:
+            return self._status(404, "NotFound", f'{plural}{"." + group if group else ""} "{name}" not found')
+        self._send(200, "application/json", body)
 
     def _discovery(self, group: str, version: str) -> None:
         api = self.server_api
@@ -246,16 +336,15 @@ class _Handler(BaseHTTPRequestHandler):
             return self._status(404, "NotFound", f"group version {group}/{version} not served")
         resources = []
         for plural, r in found.items():
-            verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
             resources.append({"name": plural, "singularName": r.kind.lower(), "namespaced": r.namespaced,
-                              "kind": r.kind, "verbs": verbs})
+                              "kind": r.kind, "verbs": VERBS})
             resources.append({"name": f"{plural}/status", "singularName": "", "namespaced": r.namespaced,
                               "kind": r.kind, "verbs": ["get", "patch", "update"]})
         self._json(200, {"kind": "APIResourceList", "apiVersion": "v1",
                          "groupVersion": _api_version(group, version), "resources": resources})
 
     def _list(self, res: _Resource, group: str, version: str, namespace: str, limit: int, cont: str | None,
-              selector: str | None) -> None:
+              selectors: tuple[str | None, str | None]) -> None:
         api = self.server_api
         with api.cond:
             if cont:
@@ -266,7 +355,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 list_rv, offset = api.rv, 0
             items = [o for (ns, _), o in res.objects.items() if (not namespace or ns == namespace)
-                     and _matches(o, selector)]
+                     and label_matches(o, selectors[0]) and field_matches(o, selectors[1])]
             page = items[offset:offset + limit] if limit else items[offset:]
             more = bool(limit) and offset + limit < len(items)
             api.served_lists += 1
@@ -277,27 +366,20 @@ class _Handler(BaseHTTPRequestHandler):
                 # Real lists leave apiVersion/kind off the items.
                 "items": [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in page],
             }).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._send(200, "application/json", body)
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
     def _watch(self, res: _Resource, namespace: str, rv_s: str | None, bookmarks: bool, timeout_s: float,
-               selector: str | None) -> None:
+               selectors: tuple[str | None, str | None]) -> None:
         api = self.server_api
         with api.cond:
             since = int(rv_s) if rv_s not in (None, "", "0") else api.rv
-            if since < api.min_rv:
-                if api.gone_as == "http":
-                    return self._status(410, "Expired", f"too old resource version: {since} ({api.min_rv})")
-                gone = True
-            else:
-                gone = False
+            gone = since < api.min_rv
+            if gone and api.gone_as == "http":
+                return self._status(410, "Expired", f"too old resource version: {since} ({api.min_rv})")
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -315,18 +397,18 @@ class _Handler(BaseHTTPRequestHandler):
         sent = 0
         while True:
             with api.cond:
-                pending = [(rv, t, o) for rv, t, o in res.history if rv > since]
+                pending = _since(res.history, since)
                 if not pending and not api._closing:
                     api.cond.wait(min(api.bookmark_interval_s, max(0.0, deadline - time.monotonic())) or 0.01)
-                    pending = [(rv, t, o) for rv, t, o in res.history if rv > since]
+                    pending = _since(res.history, since)
                 drop_after = api.drop_watch_after
                 current_rv = api.rv
             if api._closing or api.break_gen != gen:
                 return self._abort()
             for rv, etype, obj in pending:
                 since = rv
-                meta = obj["metadata"]
-                if namespace and meta.get("namespace") != namespace or not _matches(obj, selector):
+                if namespace and obj["metadata"].get("namespace") != namespace \
+                        or not label_matches(obj, selectors[0]) or not field_matches(obj, selectors[1]):
                     continue
                 if drop_after is not None and sent >= drop_after:
                     with api.cond:
