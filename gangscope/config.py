@@ -114,6 +114,26 @@ class ServerSettings:
 
 
 @dataclass
+class FindingsSettings:
+    """Where finding changes go (opened / updated / resolved); docs/findings.md."""
+
+    topic: bool = True  # publish each change to <prefix>findings, keyed by the finding id
+    alertmanager_url: str | None = None  # e.g. http://alertmanager:9093 (POST /api/v2/alerts)
+    alert_resend_s: float = 60.0  # open alerts are sent again this often (never less than once a build)
+    alert_ttl_s: float = 300.0  # endsAt of an open alert: send time + this; lapses if gangscope stops sending
+    report_url: str | None = None  # link in each alert's annotations; default file://<reports dir>
+
+
+@dataclass
+class ClockSettings:
+    """A sandbox's clock (gangscope/clock.py): unset, observation times are the wall clock."""
+
+    sim_origin: str | None = None  # RFC 3339 time the clock read at unix time wall_origin
+    wall_origin: float = 0.0
+    speed: float = 1.0
+
+
+@dataclass
 class LogSettings:
     level: str = "INFO"
     format: str = "text"  # text | json
@@ -135,6 +155,8 @@ class Settings:
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    clock: ClockSettings = field(default_factory=ClockSettings)
+    findings: FindingsSettings = field(default_factory=FindingsSettings)
     collectors: list[str] = field(default_factory=list)  # for `run`: k8s, metrics
 
     @property
@@ -301,6 +323,11 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"log.format: expected text or json, got {s.log.format!r}")
     if s.catalog and not s.catalog.startswith(("sqlite:", "postgres:", "postgresql:")):
         raise ConfigError(f"catalog: expected sqlite:PATH or postgres://..., got {s.catalog!r}")
+    if s.findings.alert_ttl_s <= s.findings.alert_resend_s:
+        raise ConfigError("findings.alert_ttl_s: must exceed findings.alert_resend_s, or open alerts lapse "
+                          "between two sends")
+    if s.clock.speed <= 0:
+        raise ConfigError("clock.speed: must be positive")
     for c in s.collectors:
         if c not in ("k8s", "metrics"):
             raise ConfigError(f"collectors: unknown collector {c!r} (known: k8s, metrics)")

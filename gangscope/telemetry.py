@@ -84,6 +84,13 @@ MODEL_BUILD_FAILURES = Counter(
 LAST_REPORT = Gauge(
     "gangscope_last_report_timestamp_seconds", "Unix time the last report was written.", registry=REGISTRY
 )
+FINDINGS_ACTIVE = Gauge(
+    "gangscope_findings_active", "Findings open now (opened or updated, not resolved).", ["root_cause", "severity"],
+    registry=REGISTRY,
+)
+FINDING_CHANGES = Counter(
+    "gangscope_finding_changes_total", "Finding lifecycle changes published.", ["state"], registry=REGISTRY
+)
 RETENTION_DELETED = Counter(
     "gangscope_retention_deleted_rows_total", "Rows removed by retention.", ["table"], registry=REGISTRY
 )

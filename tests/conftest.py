@@ -10,7 +10,7 @@ import pytest
 
 from gangscope import config
 from gangscope.transport.broker import EmbeddedBroker
-from tests.servers import postgres
+from tests.servers import alertmanager, postgres
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
@@ -56,6 +56,19 @@ def postgres_server() -> Iterator[postgres.PostgresServer]:
     """A private PostgreSQL server on a free loopback port (password auth). In CI a missing server fails."""
     try:
         server = postgres.start()
+    except RuntimeError as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(e))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def alertmanager_server() -> Iterator[alertmanager.AlertmanagerServer]:
+    """A private Alertmanager on a free loopback port (Debian prometheus-alertmanager). In CI a missing one fails."""
+    try:
+        server = alertmanager.start()
     except RuntimeError as e:
         if os.environ.get("CI"):
             raise

@@ -18,12 +18,12 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from collectors.k8s.client import ApiError, Client
 from collectors.k8s.discovery import Resource
-from gangscope import telemetry
+from gangscope import clock, telemetry
 from gangscope.records import RELIST_BEGIN, RELIST_END, WATCH_TYPES, K8sEvent
 
 log = logging.getLogger(__name__)
@@ -230,4 +230,4 @@ class Reflector:
 
 
 def _now() -> datetime:
-    return datetime.now(UTC)
+    return clock.now()

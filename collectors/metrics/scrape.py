@@ -25,7 +25,7 @@ import aiohttp
 
 from collectors.metrics.parse import parse_text, to_batch
 from collectors.metrics.targets import Target
-from gangscope import telemetry
+from gangscope import clock, telemetry
 from gangscope.records import ScrapeBatch
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class Scraper:
 
     async def scrape_one(self, t: Target) -> ScrapeBatch:
         """Scrape, parse and emit one target; never raises (a failure is an ``up=False`` batch)."""
-        start_ms = int(time.time() * 1000)
+        start_ms = clock.now_ms()
         t0 = time.perf_counter()
         if t.url in self._inflight:
             batch = self._failed(t, start_ms, 0.0, "skipped: previous scrape still running")

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "collectors.metrics.cli",
     "gangscope.app.replay",
     "collectors.simulate.cli",
+    "gangscope.app.sandbox",
     "pipeline.cli",
     "pipeline.models_cli",
     "reports.cli",
@@ -102,6 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gangscope import logs
 
     logs.setup(settings.log.level, settings.log.format)
+    from gangscope import clock
+
+    clock.configure(settings.clock.sim_origin, settings.clock.wall_origin, settings.clock.speed)
     try:
         return int(args.handler(settings, args) or 0)
     except (UserError, ConfigError) as e:

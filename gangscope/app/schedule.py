@@ -97,10 +97,15 @@ def guarded(name: str, fn: Callable[[], Any]) -> Callable[[], None]:
 # --- the jobs ---------------------------------------------------------------------------------
 
 
-def build_models(settings: Settings) -> None:
+def build_models(settings: Settings, outlet: Any = None) -> None:
+    """Build what is stale, then publish the findings' changes through ``outlet`` (reports.lifecycle)."""
     from pipeline import models
 
     models.build(settings, only_stale=True)
+    if outlet is not None:
+        from reports.lifecycle import publish_after_build
+
+        publish_after_build(settings, outlet)
 
 
 def reports_dir(settings: Settings) -> Path:
@@ -163,11 +168,11 @@ def apply_retention(settings: Settings) -> None:
     retention.apply(settings)
 
 
-def default_jobs(settings: Settings) -> dict[str, tuple[str, Callable[[], Any]]]:
-    """name -> (spec, function) for every job of ``settings.schedule``."""
+def default_jobs(settings: Settings, outlet: Any = None) -> dict[str, tuple[str, Callable[[], Any]]]:
+    """name -> (spec, function) for every job of ``settings.schedule``; model builds publish through ``outlet``."""
     s = settings.schedule
     return {
-        "models_build": (s.models_build, lambda: build_models(settings)),
+        "models_build": (s.models_build, lambda: build_models(settings, outlet)),
         "report_hourly": (s.report_hourly, lambda: write_reports(settings, "hourly")),
         "report_daily": (s.report_daily, lambda: write_reports(settings, "daily")),
         "compaction": (s.compaction, lambda: compact(settings)),

@@ -123,13 +123,16 @@ def _shutdown_scheduler(scheduler: Any, grace_s: float) -> None:
 
 def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
     """Run until ``stop`` is set (or a signal arrives); returns the exit code."""
+    from gangscope import clock
     from gangscope.app import schedule
     from gangscope.transport.broker import bootstrap_servers
+
+    clock.configure(settings.clock.sim_origin, settings.clock.wall_origin, settings.clock.speed)
 
     unknown = [c for c in settings.collectors if c not in COLLECTORS]
     if unknown:
         raise ConfigError(f"collectors: unknown collector {unknown[0]!r} (known: {', '.join(COLLECTORS)})")
-    scheduler = schedule.make_scheduler(schedule.default_jobs(settings))  # validates the specs first
+    schedule.make_scheduler(schedule.default_jobs(settings))  # validates the specs before anything starts
     from pipeline import lake
 
     lake.connect(settings).close()  # schemas and raw tables exist before any component reads them
@@ -145,6 +148,10 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
             except (OSError, ValueError) as e:
                 raise UserError(f"cannot serve telemetry on {settings.server.listen}: {e}") from None
             log.info("telemetry on http://%s (/metrics, /healthz)", settings.server.listen)
+        from reports.lifecycle import FindingsOutlet
+
+        outlet = FindingsOutlet(settings, bootstrap)
+        scheduler = schedule.make_scheduler(schedule.default_jobs(settings, outlet))
         publisher = None
         collectors_stop, pipeline_stop = threading.Event(), threading.Event()
         collector_threads: list[threading.Thread] = []
@@ -192,6 +199,7 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
                     consume.run(settings, bootstrap, until=offsets)
             if scheduler.running:
                 _shutdown_scheduler(scheduler, SCHEDULER_GRACE_S)
+            outlet.close()
             if stop_server is not None:
                 stop_server()
             log.info("stopped")

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from kafka import TopicPartition
 
+from collectors.simulate.apiserver import ApiServer as FakeApiServer
 from gangscope.config import Settings
 from gangscope.transport import kafka as pkafka
-from collectors.simulate.apiserver import ApiServer as FakeApiServer
 
 
 @pytest.fixture
