@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -127,6 +128,14 @@ def attach_sql(settings: Settings, read_only: bool = False, alias: str = ALIAS) 
     return f"ATTACH {_sql_str('ducklake:' + catalog)} AS {alias} ({', '.join(opts)})"
 
 
+# Held by the pipeline's landing transactions and by a whole model build, in one process (`gangscope run`).
+# A build's DuckLake transaction reads the SQLite catalog at its start and writes it at COMMIT; a landing
+# committed in between makes that snapshot stale and SQLite refuses the write ("database is locked", no
+# wait helps). With landings every few seconds every build failed after its retries; now landings pause
+# while a build runs (Kafka holds the records; nothing is lost).
+COMMIT_LOCK = threading.RLock()
+
+
 def is_conflict(e: BaseException) -> bool:
     """A transient catalog conflict that a retry resolves (SQLite lock, DuckLake commit race)."""
     text = str(e).lower()
@@ -154,6 +163,7 @@ def connect(settings: Settings, read_only: bool = False, create: bool = True) ->
         require(settings)  # a clear error, not DuckDB's "unable to open database file"
     con = duckdb.connect(config={"threads": os.cpu_count() or 2})
     load_extensions(con, catalog_extensions(settings))
+    new_catalog = _new_sqlite_catalog(settings)
     retry(lambda: con.execute(attach_sql(settings, read_only=read_only)))
     con.execute(f"USE {ALIAS}")
     if not read_only:
@@ -177,12 +187,23 @@ def connect(settings: Settings, read_only: bool = False, create: bool = True) ->
                 con.execute(f"CALL {ALIAS}.set_option('parquet_compression', 'zstd')")
 
         retry(init)
-        _sqlite_wal(settings)
+        if new_catalog:
+            _sqlite_wal(settings)
     return con
 
 
+def _new_sqlite_catalog(settings: Settings) -> bool:
+    """Whether this attach creates the SQLite catalog file (journal mode is set then, and only then)."""
+    url = settings.catalog_url
+    return url.startswith("sqlite:") and not Path(url[len("sqlite:"):]).exists()
+
+
 def _sqlite_wal(settings: Settings) -> None:
-    """Put a SQLite catalog in WAL mode (persistent, set once).
+    """Put a SQLite catalog in WAL mode (persistent, set once: when the catalog is created).
+
+    Only then: this opens the file with Python's own SQLite library, and closing it drops every POSIX
+    lock this process holds on the file, including those of DuckDB's SQLite in a running pipeline
+    (``gangscope run`` attaches for each model build): "database is locked" and "disk I/O error" followed.
 
     In SQLite's default rollback-journal mode an idle reader (an analyst's open ``gangscope sql``
     session, a report) keeps a shared lock that blocks every writer's commit until it detaches;

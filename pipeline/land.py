@@ -233,7 +233,8 @@ def write(con: duckdb.DuckDBPyConnection, prep: Prepared, topic_ids: dict[str, s
             raise
 
     t0 = time.perf_counter()
-    landed_before = lake.retry(transaction)
+    with lake.COMMIT_LOCK:  # the whole (short) transaction: its catalog lock is held from the first write
+        landed_before = lake.retry(transaction)
     stats.write_s += time.perf_counter() - t0
     if landed_before is not None:
         log.info("part of a batch was landed before; landing the rest")

@@ -277,7 +277,8 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
             return BuildStats()
         set_variables(con, sql_variables(settings))
         defs = definitions(settings, sql_dir)
-        return lake.retry(lambda: _build_all(con, plan, full, defs), attempts=5)
+        with lake.COMMIT_LOCK:  # landings in this process wait: see lake.COMMIT_LOCK
+            return lake.retry(lambda: _build_all(con, plan, full, defs), attempts=5)
     finally:
         if own:
             con.close()

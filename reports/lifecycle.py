@@ -17,13 +17,13 @@ id (at least once, never a second finding).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import time
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -128,14 +128,16 @@ def alert(entry: dict[str, Any], fid: str, settings: Settings, wall: float) -> d
 
 
 class FindingsOutlet:
-    """Publishes the lifecycle after each build; one per ``gangscope run`` (not thread-safe: builds never overlap)."""
+    """Publishes the lifecycle after each build; one per ``gangscope run`` (not thread-safe: builds never overlap).
 
-    def __init__(self, settings: Settings, bootstrap: str | None) -> None:
+    ``send`` publishes a list of changes durably or raises (the app gives it the Kafka topic; a stage
+    does not import the transport).
+    """
+
+    def __init__(self, settings: Settings, send: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
         self.settings = settings
-        self.bootstrap = bootstrap
+        self.send = send
         self.path = settings.data / STATE_FILE
-        self._producer: Any = None
-        self.topic = f"{settings.kafka.topic_prefix}findings"
 
     def load(self) -> dict[str, dict[str, Any]]:
         try:
@@ -154,8 +156,8 @@ class FindingsOutlet:
 
         state = self.load()
         changes = diff(state, current, clock.now())
-        if changes and self.settings.findings.topic and self.bootstrap:
-            self._publish(changes)
+        if changes and self.send is not None:
+            self.send(changes)  # raises if not taken: the state is not saved, the changes are sent again
         if self.settings.findings.alertmanager_url:
             self._alertmanager(state, {c["finding_id"] for c in changes})
         self._save(state)
@@ -166,17 +168,6 @@ class FindingsOutlet:
             if e["state"] == "open":
                 telemetry.FINDINGS_ACTIVE.labels(e["finding"]["root_cause"], e["finding"]["severity"]).inc()
         return changes
-
-    def _publish(self, changes: list[dict[str, Any]]) -> None:
-        from gangscope.transport import kafka as pkafka
-
-        if self._producer is None:
-            self._producer = pkafka.producer(self.settings, self.bootstrap or "")
-        futures = [self._producer.send(self.topic, key=c["finding_id"].encode(),
-                                       value=json.dumps(c, separators=(",", ":")).encode()) for c in changes]
-        self._producer.flush(timeout=30)
-        for fut in futures:
-            fut.get(timeout=30)  # raises if Kafka did not take it: the state is not saved, the change is resent
 
     def _alertmanager(self, state: dict[str, dict[str, Any]], changed: set[str]) -> None:
         """Send changed alerts, and open ones not sent for ``alert_resend_s``; a failure is retried next build."""
@@ -201,12 +192,6 @@ class FindingsOutlet:
         for fid in due:
             state[fid]["alert_sent_at"] = wall
             state[fid]["alert_state"] = state[fid]["state"]
-
-    def close(self) -> None:
-        if self._producer is not None:
-            with contextlib.suppress(Exception):
-                self._producer.close(timeout=5)
-            self._producer = None
 
 
 def publish_after_build(settings: Settings, outlet: FindingsOutlet) -> list[dict[str, Any]]:

@@ -148,9 +148,11 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
             except (OSError, ValueError) as e:
                 raise UserError(f"cannot serve telemetry on {settings.server.listen}: {e}") from None
             log.info("telemetry on http://%s (/metrics, /healthz)", settings.server.listen)
+        from gangscope.app.findings_topic import FindingsTopic
         from reports.lifecycle import FindingsOutlet
 
-        outlet = FindingsOutlet(settings, bootstrap)
+        findings_topic = FindingsTopic(settings, bootstrap)
+        outlet = FindingsOutlet(settings, findings_topic if settings.findings.topic else None)
         scheduler = schedule.make_scheduler(schedule.default_jobs(settings, outlet))
         publisher = None
         collectors_stop, pipeline_stop = threading.Event(), threading.Event()
@@ -199,7 +201,7 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
                     consume.run(settings, bootstrap, until=offsets)
             if scheduler.running:
                 _shutdown_scheduler(scheduler, SCHEDULER_GRACE_S)
-            outlet.close()
+            findings_topic.close()
             if stop_server is not None:
                 stop_server()
             log.info("stopped")
