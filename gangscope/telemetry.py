@@ -118,10 +118,13 @@ def records_polled(records: Sequence[Any]) -> None:
         RECORDS_CONSUMED.labels(records[0].topic).inc(len(records))
 
 
-def scrape_done(batch: Any) -> None:
-    """A ``ScrapeBatch`` (up, duration_s, job, instance) just scraped: scrape health per target."""
+def scrape_done(batch: Any, interval_s: float | None = None) -> None:
+    """A ``ScrapeBatch`` (up, duration_s, job, instance) just scraped: scrape health per target; a scrape
+    that delivered keeps the metrics collector alive for 3 of its target's intervals."""
     SCRAPE_UP.labels(batch.job, batch.instance).set(1 if batch.up else 0)
     SCRAPE_DURATION.labels(batch.job, batch.instance).set(batch.duration_s)
+    if batch.up and interval_s:
+        heartbeat("collector-metrics", 3 * interval_s)
 
 
 def track_publisher(publisher: Any) -> None:
@@ -181,19 +184,54 @@ def forget(component: str) -> None:
     """Unregister a component that stopped on purpose (a clean stop is not a failure)."""
     with _beats_lock:
         _beats.pop(component, None)
+        _problems.pop(component, None)
+
+
+_problems: dict[str, str] = {}  # component -> why it is failing now
+
+
+def problem(component: str, reason: str | None) -> None:
+    """Mark ``component`` failing for ``reason`` (``/healthz`` says so), or healthy again with ``None``."""
+    with _beats_lock:
+        if reason is None:
+            _problems.pop(component, None)
+        else:
+            _problems[component] = reason
 
 
 def health() -> tuple[bool, dict[str, object]]:
-    """(all alive, JSON-able body) — what ``/healthz`` serves."""
+    """(all alive, JSON-able body) — what ``/healthz`` serves; a failing component carries its ``reason``."""
     now = time.monotonic()
     with _beats_lock:
         items = sorted(_beats.items())
-    comps = {
-        name: {"ok": now - at <= max_age, "age_s": round(now - at, 3), "max_age_s": max_age}
-        for name, (at, max_age) in items
-    }
+        problems = dict(_problems)
+    comps: dict[str, dict[str, object]] = {}
+    for name, (at, max_age) in items:
+        c: dict[str, object] = {"ok": now - at <= max_age, "age_s": round(now - at, 3), "max_age_s": max_age}
+        if not c["ok"]:
+            c["reason"] = f"nothing delivered for {now - at:.0f} s (limit {max_age:g} s)"
+        comps[name] = c
+    for name, reason in problems.items():
+        comps.setdefault(name, {})
+        comps[name].update(ok=False, reason=reason)
     ok = all(c["ok"] for c in comps.values())
-    return ok, {"status": "ok" if ok else "unhealthy", "components": comps}
+    return ok, {"status": "ok" if ok else "unhealthy", "components": dict(sorted(comps.items()))}
+
+
+class _HealthCollector:
+    """``gangscope_component_healthy{component}``: /healthz's verdict per component, at scrape time."""
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        g = GaugeMetricFamily("gangscope_component_healthy", "1 if the component is healthy, else 0 (the reason "
+                              "is in /healthz).", labels=["component"])
+        for name, c in health()[1]["components"].items():  # type: ignore[union-attr]
+            g.add_metric([name], 1.0 if c["ok"] else 0.0)
+        yield g
+
+
+REGISTRY.register(_HealthCollector())  # type: ignore[arg-type]
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

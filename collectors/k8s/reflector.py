@@ -29,6 +29,9 @@ from gangscope.records import RELIST_BEGIN, RELIST_END, WATCH_TYPES, K8sEvent
 log = logging.getLogger(__name__)
 
 Sink = Callable[[K8sEvent], None]
+# /healthz calls a watch stalled when no line (event or bookmark) came for this long: an API server sends a
+# bookmark about once a minute, so three missed in a row.
+WATCH_STALL_S = 180.0
 
 
 class _ContinueExpired(Exception):
@@ -197,6 +200,7 @@ class Reflector:
             except (ValueError, KeyError, TypeError):
                 raise ApiError(0, f"watch {self.path}: undecodable line (stream cut?)") from None
             got = True
+            telemetry.heartbeat(f"watch-{self.resource.id}", WATCH_STALL_S)  # events and bookmarks alike
             meta = obj.get("metadata") or {}
             rv = meta.get("resourceVersion")
             if etype == "BOOKMARK":

@@ -180,7 +180,7 @@ class Scraper:
         if not batch.up:
             self.failures += 1
             log.debug("scrape of %s failed: %s", t.url, batch.error)
-        telemetry.scrape_done(batch)
+        telemetry.scrape_done(batch, t.interval_s)
         self.emit(batch)
         return batch
 

@@ -130,6 +130,7 @@ class Sandbox:
         self.applied = 0
         self._events: list[tuple[float, dict[str, Any]]] = []  # (sim unix time, watch event)
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._data: mmap.mmap | None = None
         self._file: Any = None
@@ -140,6 +141,11 @@ class Sandbox:
     def now(self) -> datetime:
         """The sandbox clock."""
         return self.sim_origin + timedelta(seconds=(time.time() - self.wall_origin) * self.speed)
+
+    def advance(self, seconds: float) -> None:
+        """Move the sandbox clock ``seconds`` (simulated) forward at once; what was due meanwhile plays now."""
+        self.wall_origin -= seconds / self.speed
+        self._play()
 
     def at_wall(self, sim: datetime) -> float:
         """Unix wall time at which the sandbox clock reads ``sim``."""
@@ -199,6 +205,10 @@ class Sandbox:
 
     # -- the timeline ---------------------------------------------------------------------
     def _play(self) -> None:
+        with self._lock:
+            self._play_due()
+
+    def _play_due(self) -> None:
         now = self.now().timestamp()
         while self.applied < len(self._events) and self._events[self.applied][0] <= now:
             self._apply(self._events[self.applied][1])

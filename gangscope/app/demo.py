@@ -19,6 +19,9 @@ from gangscope.config import Settings
 DEMO_NODES = 16
 DEMO_HOURS = 1.0
 DEMO_INTERVAL = 30.0  # dcgm-exporter's default collect interval: halves the demo's replay volume
+LIVE_SPEED = 20.0  # the simulated hour in 3 minutes
+# Classes that hold only after a wait ("not admitted for 10 min"): their verdict counts from when it held.
+WAITING_CLASSES = ("admission_quota", "admission_topology", "gang_assembly")
 
 
 def register(groups, common) -> None:
@@ -32,6 +35,11 @@ def register(groups, common) -> None:
     p.add_argument("--out", metavar="DIR", default="gangscope-demo",
                    help="where the scenario, the lake (unless --data) and the report go (default ./gangscope-demo)")
     p.add_argument("--seed", type=int, default=1, help="simulator seed (default 1)")
+    p.add_argument("--live", action="store_true",
+                   help="serve the scenario live (`gangscope sandbox`) and run `gangscope run` against it, printing "
+                   "each finding as it is published with its time to verdict")
+    p.add_argument("--speed", type=float, default=LIVE_SPEED,
+                   help=f"with --live: simulated seconds per real second (default {LIVE_SPEED:g})")
     p.set_defaults(handler=run)
 
 
@@ -45,6 +53,8 @@ def _stop(what: str, issue: int, after: str) -> int:
 
 
 def run(settings: Settings, args: Any) -> int:
+    if getattr(args, "live", False):
+        return live(settings, args)
     from collectors.simulate import DEFAULT_START, generate
     from gangscope.transport.broker import bootstrap_servers
 
@@ -129,3 +139,110 @@ def _score(rows: list[dict[str, Any]], truth: dict[str, Any]) -> str:
              f"{len(false_alarms)} healthy jobs flagged"]
     lines += [f"  missed  {m}" for m in misses] + [f"  flagged {f}" for f in false_alarms]
     return "\n".join(lines)
+
+
+def verdict_s(change: dict[str, Any], truth: dict[str, Any]) -> float | None:
+    """Simulated seconds from the incident's onset to this change's publication (None: not an injected one).
+
+    Onset is the injected condition's start (truth.json); for the classes that hold only after a wait, the
+    moment the wait crossed its threshold, which is the finding's own ``started_at``.
+    """
+    from datetime import datetime
+
+    def t(s: str) -> float:
+        return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+    runs = [j for j in truth["jobs"] if (j["namespace"], j["job"], j["root_cause"]) ==
+            (change["namespace"], change["job"], change["root_cause"]) and j["onset"]]
+    if not runs:
+        return None
+    onset = t(runs[-1]["onset"])
+    if change["root_cause"] in WAITING_CLASSES and change.get("started_at"):
+        onset = max(onset, t(change["started_at"]))
+    return t(change["changed_at"]) - onset
+
+
+def live(settings: Settings, args: Any) -> int:
+    """Sandbox + `gangscope run` in one process; findings printed as they are published."""
+    import threading
+
+    from collectors.simulate.sandbox import Sandbox
+    from gangscope.app.findings_topic import topic
+    from gangscope.app.service import run_service
+    from gangscope.config import load
+    from gangscope.transport import kafka as pkafka
+    from gangscope.transport.broker import bootstrap_servers
+
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    sb = Sandbox(out / "sandbox", "mixed", seed=args.seed, nodes=DEMO_NODES, hours=DEMO_HOURS,
+                 interval=DEMO_INTERVAL, speed=args.speed).start()
+    truth = json.loads((sb.scenario_dir / "truth.json").read_text())
+    _say(f"demo: sandbox serving {DEMO_NODES} nodes x {DEMO_HOURS:g} h at {args.speed:g}x on {sb.api.url} "
+         f"({len(sb.exporters)} exporters; kubectl --kubeconfig {sb.kubeconfig}) [{time.perf_counter() - t0:.1f}s]")
+    data = settings.data if getattr(args, "data", None) is not None else out / "data"
+    stop = threading.Event()
+    try:
+        with bootstrap_servers(settings) as bootstrap:
+            live_settings = load(sb.config, {
+                "data": str(data), "cluster": settings.cluster,
+                "kafka": {"bootstrap_servers": bootstrap, "topic_prefix": settings.kafka.topic_prefix},
+                "schedule": {"models_build": "interval:2", "report_hourly": "off", "report_daily": "off",
+                             "compaction": "off", "retention": "off"},
+                "server": {"listen": "127.0.0.1:0"},
+                "findings": {"alertmanager_url": settings.findings.alertmanager_url},
+            }, environ={})
+            service = threading.Thread(target=run_service, args=(live_settings, stop), name="demo-run", daemon=True)
+            service.start()
+            consumer = pkafka.consumer(live_settings, bootstrap, group_id=None, auto_offset_reset="earliest")
+            consumer.subscribe([topic(live_settings)])
+            state_file = data / "findings-state.json"
+            final_builds, mark = 0, None
+            try:
+                while service.is_alive() and final_builds < 2:
+                    for batch in consumer.poll(timeout_ms=500).values():
+                        for m in batch:
+                            _say(_change_line(json.loads(m.value), sb, truth))
+                    if sb.finished:  # two builds over the whole scenario, then stop
+                        stamp = state_file.stat().st_mtime if state_file.exists() else None
+                        if stamp != mark:
+                            final_builds, mark = final_builds + (mark is not None), stamp
+                for batch in consumer.poll(timeout_ms=500).values():
+                    for m in batch:
+                        _say(_change_line(json.loads(m.value), sb, truth))
+            finally:
+                consumer.close()
+                stop.set()
+                service.join(180)
+    finally:
+        sb.stop()
+    from pipeline import lake
+    from reports.diagnose import findings, to_table
+
+    settings = dataclasses.replace(settings, data=data)
+    con = lake.connect(settings, read_only=True, create=False)
+    try:
+        rows = findings(con, include_healthy=False)
+    finally:
+        con.close()
+    _say("")
+    _say(to_table(rows))
+    _say("")
+    _say(_score(rows, truth))
+    from reports.report import write_report
+
+    path = write_report(settings, "html", out / "report.html")
+    _say(f"demo: report written to {path} (total {time.perf_counter() - t0:.1f}s)")
+    return 0
+
+
+def _change_line(change: dict[str, Any], sb: Any, truth: dict[str, Any]) -> str:
+    from datetime import datetime
+
+    at = datetime.fromisoformat(change["changed_at"].replace("Z", "+00:00"))
+    minute = (at - sb.sim_origin).total_seconds() / 60
+    v = verdict_s(change, truth) if change["state"] == "opened" else None
+    tail = f"  time to verdict {v:.0f} s" if v is not None else ("  (not injected)" if change["state"] == "opened"
+                                                                  else "")
+    return (f"  +{minute:4.1f} min  {change['state']:<8} {change['root_cause']:<25} "
+            f"{change['namespace']}/{change['job']}{tail}  {change['summary']}")

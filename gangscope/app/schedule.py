@@ -75,6 +75,13 @@ def _count(job: str, ok: bool, seconds: float) -> None:
         pass
 
 
+def _problem(job: str, reason: str | None) -> None:
+    """A failing model build makes /healthz fail with the reason until a build succeeds."""
+    telemetry = _optional("gangscope.telemetry")
+    if telemetry is not None and job == "models_build":
+        telemetry.problem(job, reason)
+
+
 def guarded(name: str, fn: Callable[[], Any]) -> Callable[[], None]:
     """Run ``fn``; log a failure as one line (traceback at debug) instead of raising."""
 
@@ -86,7 +93,9 @@ def guarded(name: str, fn: Callable[[], Any]) -> Callable[[], None]:
             log.error("scheduled job %s failed (will run again next time): %s: %s", name, type(e).__name__, e)
             log.debug("scheduled job %s traceback", name, exc_info=True)
             _count(name, False, time.monotonic() - t)
+            _problem(name, f"last run failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             return
+        _problem(name, None)
         log.debug("scheduled job %s done in %.2fs", name, time.monotonic() - t)
         _count(name, True, time.monotonic() - t)
 

@@ -192,6 +192,8 @@ class Publisher:
                     self._enforce_bound()
                 self._cond.notify_all()
                 closing = self._closing
+            telemetry.problem("kafka", f"broker {self._bootstrap} unreachable: {self.buffered} record(s) buffered"
+                              if failed else None)
             if failed:
                 if closing:
                     break

@@ -8,7 +8,7 @@
 -- column: phase: status.phase of the latest event
 -- column: deleted: the latest event was DELETED
 -- column: created_at: metadata.creationTimestamp
--- column: first_running_at: first observation of phase Running (any event of this uid)
+-- column: first_running_at: first container start while Running (its startedAt; the observation time if absent)
 -- column: last_seen_at: newest observation of this pod
 -- column: owner_kind: controller ownerReference
 -- column: owner_name: controller ownerReference
@@ -31,7 +31,10 @@ WITH ev AS (
 ),
 hist AS (
     SELECT cluster, key,
-           min(observed_at) FILTER (WHERE (object->>'$.status.phase') = 'Running') AS first_running_at,
+           -- The container's own start, not when a collector saw it: a pod first seen in an initial list
+           -- (gangscope started or restarted after it ran) would otherwise look late to assemble.
+           min(coalesce(TRY_CAST(object->>'$.status.containerStatuses[0].state.running.startedAt' AS TIMESTAMPTZ),
+                        observed_at)) FILTER (WHERE (object->>'$.status.phase') = 'Running') AS first_running_at,
            max(observed_at) AS last_seen_at
     FROM ev GROUP BY cluster, key
 ),

@@ -19,11 +19,13 @@ from gangscope.records import ScrapeBatch
 def server() -> Iterator[telemetry.Server]:
     with telemetry._beats_lock:  # beats other tests' components may have left
         telemetry._beats.clear()
+        telemetry._problems.clear()
     srv = telemetry.start_http_server("127.0.0.1:0")
     yield srv
     srv()
     with telemetry._beats_lock:
         telemetry._beats.clear()
+        telemetry._problems.clear()
 
 
 def _get(url: str) -> tuple[int, str, str]:
@@ -218,3 +220,49 @@ def test_pipeline_run_moves_the_metrics(settings) -> None:
     assert value("gangscope_dead_letters_total") == 1
     assert (telemetry.REGISTRY.get_sample_value("gangscope_batch_seconds_count") or 0) > batches_before
     assert "pipeline" not in telemetry.health()[1]["components"]  # a clean stop is not a failure
+
+
+def test_healthz_names_what_fails_and_why(server: telemetry.Server) -> None:
+    up = ScrapeBatch(cluster="c", target="http://n:9400/metrics", job="dcgm", instance="n:9400", scraped_at_ms=1)
+    telemetry.scrape_done(up, interval_s=0.1)  # a delivered scrape: alive for 3 intervals
+    telemetry.heartbeat("watch-pods", 60)
+    assert _get(server.url + "/healthz")[0] == 200
+    telemetry.problem("kafka", "broker 127.0.0.1:1 unreachable: 7 record(s) buffered")
+    telemetry.problem("models_build", "last run failed: UserError: model marts.findings failed")
+    time.sleep(0.35)  # three metrics intervals without a delivered scrape
+    telemetry.scrape_done(ScrapeBatch(cluster="c", target="http://n:9400/metrics", job="dcgm", instance="n:9400",
+                                      scraped_at_ms=2, up=False, error="timeout"), interval_s=0.1)
+    code, _, body = _get(server.url + "/healthz")
+    comps = json.loads(body)["components"]
+    assert code == 503
+    assert comps["kafka"] == {"ok": False, "reason": "broker 127.0.0.1:1 unreachable: 7 record(s) buffered"}
+    assert comps["models_build"]["reason"].startswith("last run failed: UserError")
+    assert not comps["collector-metrics"]["ok"] and "nothing delivered for" in comps["collector-metrics"]["reason"]
+    assert comps["watch-pods"]["ok"] and "reason" not in comps["watch-pods"]
+    samples = _samples(_get(server.url + "/metrics")[2])
+    assert {c: samples[("gangscope_component_healthy", (("component", c),))] for c in comps} == {
+        "collector-metrics": 0.0, "kafka": 0.0, "models_build": 0.0, "watch-pods": 1.0}
+    telemetry.problem("kafka", None)
+    telemetry.problem("models_build", None)
+    telemetry.scrape_done(up, interval_s=0.1)
+    assert _get(server.url + "/healthz")[0] == 200
+
+
+def test_a_down_broker_makes_the_publisher_unhealthy(offline_settings) -> None:
+    from gangscope.transport.broker import free_port
+    from gangscope.transport.publish import Publisher
+
+    with telemetry._beats_lock:
+        telemetry._problems.clear()
+    pub = Publisher(offline_settings, f"127.0.0.1:{free_port()}")  # nothing listens there
+    try:
+        pub.publish(ScrapeBatch(cluster="c", target="t", job="j", instance="i", scraped_at_ms=1))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "kafka" not in telemetry._problems:
+            time.sleep(0.1)
+        ok, body = telemetry.health()
+        assert not ok
+        assert "unreachable" in body["components"]["kafka"]["reason"]  # type: ignore[index]
+    finally:
+        pub.close(timeout_s=1)
+        telemetry.problem("kafka", None)

@@ -1,0 +1,196 @@
+"""Live, end to end: the sandbox at 30x + `gangscope run` (killed and restarted mid-scenario) ->
+findings in diagnose, on the findings topic and in a real Alertmanager; nothing lost, nothing doubled."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import TopicPartition
+
+from collectors.simulate.sandbox import Sandbox
+from gangscope import config
+from gangscope.transport import kafka as pkafka
+from pipeline import lake
+from pipeline.land import stored_offsets
+from reports.diagnose import findings
+from reports.lifecycle import STATE_FILE
+
+SPEED = 30.0
+PRECEDENCE = ("gpu_fault", "interconnect_degradation", "preemption", "admission_quota", "admission_topology",
+              "gang_assembly", "topology_misplacement", "unexplained_slowdown")
+
+
+def _start_run(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "gangscope.app.cli", "run"], env=env,
+                            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def _topic(settings: config.Settings, bootstrap: str, name: str) -> list[Any]:
+    c = pkafka.consumer(settings, bootstrap, group_id=None, consumer_timeout_ms=500)
+    try:
+        parts = c.partitions_for_topic(name) or set()
+        tps = [TopicPartition(name, p) for p in parts]
+        c.assign(tps)
+        c.seek_to_beginning()
+        end = c.end_offsets(tps)
+        out: list[Any] = []
+        deadline = time.monotonic() + 60
+        while any(c.position(tp) < end[tp] for tp in tps) and time.monotonic() < deadline:
+            for batch in c.poll(timeout_ms=500).values():
+                out.extend(batch)
+        return out
+    finally:
+        c.close()
+
+
+def _end_offsets(settings: config.Settings, bootstrap: str) -> dict[tuple[str, int], int]:
+    c = pkafka.consumer(settings, bootstrap, group_id=None)
+    try:
+        tps = [TopicPartition(t, p) for t in pkafka.topics(settings).values()
+               for p in (c.partitions_for_topic(t) or ())]
+        return {(tp.topic, tp.partition): off for tp, off in c.end_offsets(tps).items() if off}
+    finally:
+        c.close()
+
+
+@pytest.mark.timeout(900)
+def test_live_sandbox_run_findings_alertmanager_restart(tmp_path: Path, broker: Any, alertmanager_server: Any
+                                                        ) -> None:
+    am = alertmanager_server
+    prefix = f"live{os.getpid()}."
+    data = tmp_path / "data"
+    sb = Sandbox(tmp_path / "sandbox", "mixed", speed=SPEED, interval=30.0).start()
+    try:
+        env = {**os.environ, "GANGSCOPE_CONFIG": str(sb.config), "GANGSCOPE_DATA": str(data),
+               "GANGSCOPE_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap, "GANGSCOPE_KAFKA_TOPIC_PREFIX": prefix,
+               "GANGSCOPE_PIPELINE_GROUP_ID": f"{prefix}pipeline", "GANGSCOPE_PIPELINE_FLUSH_SECONDS": "1",
+               "GANGSCOPE_SCHEDULE_MODELS_BUILD": "interval:3", "GANGSCOPE_SCHEDULE_REPORT_HOURLY": "off",
+               "GANGSCOPE_SCHEDULE_REPORT_DAILY": "off", "GANGSCOPE_SCHEDULE_COMPACTION": "off",
+               "GANGSCOPE_SCHEDULE_RETENTION": "off", "GANGSCOPE_SERVER_LISTEN": "127.0.0.1:0",
+               "GANGSCOPE_FINDINGS_ALERTMANAGER_URL": am.url,
+               # Far beyond the test: an alert that leaves Alertmanager was resolved by gangscope, not expired.
+               "GANGSCOPE_FINDINGS_ALERT_TTL_S": "7200"}
+        log = tmp_path / "run.log"
+        run = _start_run(env, log)
+        seen_in_am: dict[tuple[str, str], dict[str, str]] = {}
+
+        def watch_am() -> None:
+            for a in am.alerts():
+                lab = a["labels"]
+                if lab.get("cluster") == "default" and lab.get("alertname") == "GangscopeFinding":
+                    seen_in_am[(lab["job"], lab["root_cause"])] = lab
+
+        # Kill it (no clean shutdown) halfway through, with findings already published, and start it again.
+        while sb.now() < sb.sim_origin + timedelta(minutes=32):
+            assert run.poll() is None, log.read_text()[-3000:]
+            watch_am()
+            time.sleep(1)
+        run.send_signal(signal.SIGKILL)
+        assert run.wait(30) == -signal.SIGKILL
+        time.sleep(2)
+        run = _start_run(env, log)
+        while not sb.finished:
+            assert run.poll() is None, log.read_text()[-3000:]
+            watch_am()
+            time.sleep(1)
+        # Two more builds over everything the scenario produced.
+        state = data / STATE_FILE
+        for _ in range(2):
+            mark = state.stat().st_mtime
+            deadline = time.monotonic() + 300
+            while state.stat().st_mtime == mark and time.monotonic() < deadline:
+                assert run.poll() is None, log.read_text()[-3000:]
+                time.sleep(1)
+        watch_am()
+        at_end = {(a["labels"]["job"], a["labels"]["root_cause"]) for a in am.alerts()
+                  if a["labels"].get("alertname") == "GangscopeFinding"}
+        final_api = {uid: rv for uid, rv in _api_versions(sb).items()}
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(180) == 0, log.read_text()[-3000:]
+    finally:
+        sb.stop()
+        if run.poll() is None:
+            run.kill()
+
+    settings = config.load(sb.config, overrides={"data": str(data), "kafka": {"bootstrap_servers": broker.bootstrap,
+                                                                                 "topic_prefix": prefix}}, environ={})
+    truth = json.loads((sb.scenario_dir / "truth.json").read_text())
+    latest = {(j["namespace"], j["job"]): j["root_cause"] for j in truth["jobs"]}
+    injected = {k: v for k, v in latest.items() if v != "healthy"}
+    healthy = {k for k, v in latest.items() if v == "healthy"}
+    assert len(injected) >= 8 and healthy
+
+    # diagnose: every injected incident under its class as the job's primary finding; healthy jobs: nothing.
+    con = lake.connect(settings, read_only=True, create=False)
+    try:
+        rows = findings(con, include_healthy=False)
+        lake_versions = dict(con.execute("SELECT uid, max(TRY_CAST(resource_version AS BIGINT)) FROM "
+                                         "raw.k8s_objects WHERE uid IS NOT NULL GROUP BY uid").fetchall())
+        offsets = {(t, p): o for (t, p), o in stored_offsets(con).items()}
+        dupes = con.execute("SELECT count(*) FROM (SELECT kafka_partition, kafka_offset FROM raw.k8s_objects "
+                            "GROUP BY ALL HAVING count(*) > 1)").fetchone()[0]
+    finally:
+        con.close()
+    primary: dict[tuple[str, str], str] = {}
+    for r in rows:
+        k = (r["namespace"], r["job"])
+        if k not in primary or PRECEDENCE.index(r["root_cause"]) < PRECEDENCE.index(primary[k]):
+            primary[k] = r["root_cause"]
+    assert {k: primary.get(k) for k in injected} == injected
+    assert not [(r["namespace"], r["job"], r["root_cause"]) for r in rows if (r["namespace"], r["job"]) in healthy]
+
+    # The findings topic: keyed by a finding id that is one id per incident, across the kill and restart.
+    records = _topic(settings, broker.bootstrap, f"{prefix}findings")
+    changes = [json.loads(m.value) for m in records]
+    assert all(m.key.decode() == json.loads(m.value)["finding_id"] for m in records)
+    assert {c["state"] for c in changes} <= {"opened", "updated", "resolved"}
+    for c in changes:
+        assert set(c) >= {"cluster", "namespace", "job", "job_kind", "workload", "pod_group", "root_cause",
+                          "severity", "started_at", "ended_at", "confidence", "nodes", "evidence", "summary",
+                          "finding_id", "state", "changed_at"}
+    ids: dict[tuple[str, str, str], set[str]] = {}
+    for c in changes:
+        ids.setdefault((c["namespace"], c["job"], c["root_cause"]), set()).add(c["finding_id"])
+    assert {k: len(v) for k, v in ids.items() if len(v) > 1} == {}  # no incident published under two ids
+    published = {(ns, job): cause for (ns, job, cause) in ids}
+    for (ns, job), cause in injected.items():
+        assert (ns, job, cause) in ids, f"{ns}/{job} {cause} never published"
+    assert not [k for k in published if k in healthy]
+
+    # Alertmanager: every injected incident's alert was there with its labels; the healed one left.
+    for (ns, job), cause in injected.items():
+        lab = seen_in_am.get((job, cause))
+        assert lab is not None, f"{ns}/{job} {cause} never reached Alertmanager"
+        assert (lab["namespace"], lab["cluster"]) == (ns, "default")
+        assert lab["severity"] in ("critical", "warning")
+    final = json.loads((data / STATE_FILE).read_text())
+    resolved = {(e["finding"]["job"], e["finding"]["root_cause"]) for e in final.values() if e["state"] == "resolved"}
+    still_open = {(e["finding"]["job"], e["finding"]["root_cause"]) for e in final.values() if e["state"] == "open"}
+    assert ("llama-70b-sft", "interconnect_degradation") in resolved  # the NVLink fault heals at minute 50
+    assert not (resolved & at_end)
+    assert still_open <= at_end
+
+    # Nothing lost across the kill: every record on Kafka landed once, and every object's last version is in.
+    assert dupes == 0
+    assert {tp: off for tp, off in _end_offsets(settings, broker.bootstrap).items()} == offsets
+    missing = {uid: rv for uid, rv in final_api.items() if lake_versions.get(uid) != rv}
+    assert missing == {}
+
+
+def _api_versions(sb: Sandbox) -> dict[str, int]:
+    """uid -> resourceVersion of every object the sandbox's API server holds now."""
+    out: dict[str, int] = {}
+    with sb.api.cond:
+        for res in {id(r): r for r in sb.api.resources.values()}.values():
+            for obj in res.objects.values():
+                out[obj["metadata"]["uid"]] = int(obj["metadata"]["resourceVersion"])
+    return out
