@@ -162,8 +162,11 @@ def verdict_s(change: dict[str, Any], truth: dict[str, Any]) -> float | None:
     return t(change["changed_at"]) - onset
 
 
-def live(settings: Settings, args: Any) -> int:
-    """Sandbox + `gangscope run` in one process; findings printed as they are published."""
+def play_live(settings: Settings, out: Path, on_change: Any, *, scenario: str = "mixed", speed: float = LIVE_SPEED,
+              seed: int = 1, data: Path | None = None, build_s: float = 2.0) -> tuple[Any, Path]:
+    """Serve ``scenario`` in a sandbox and run `gangscope run` against it until the scenario is over and two
+    more builds ran; ``on_change(change, sandbox)`` gets each finding change as the topic delivers it.
+    Returns (the stopped sandbox, the data directory)."""
     import threading
 
     from collectors.simulate.sandbox import Sandbox
@@ -173,21 +176,17 @@ def live(settings: Settings, args: Any) -> int:
     from gangscope.transport import kafka as pkafka
     from gangscope.transport.broker import bootstrap_servers
 
-    out = Path(args.out)
-    t0 = time.perf_counter()
-    sb = Sandbox(out / "sandbox", "mixed", seed=args.seed, nodes=DEMO_NODES, hours=DEMO_HOURS,
-                 interval=DEMO_INTERVAL, speed=args.speed).start()
-    truth = json.loads((sb.scenario_dir / "truth.json").read_text())
-    _say(f"demo: sandbox serving {DEMO_NODES} nodes x {DEMO_HOURS:g} h at {args.speed:g}x on {sb.api.url} "
-         f"({len(sb.exporters)} exporters; kubectl --kubeconfig {sb.kubeconfig}) [{time.perf_counter() - t0:.1f}s]")
-    data = settings.data if getattr(args, "data", None) is not None else out / "data"
+    sb = Sandbox(out / "sandbox", scenario, seed=seed, nodes=DEMO_NODES, hours=DEMO_HOURS, interval=DEMO_INTERVAL,
+                 speed=speed).start()
+    data = data or out / "data"
     stop = threading.Event()
     try:
+        on_change(None, sb)
         with bootstrap_servers(settings) as bootstrap:
             live_settings = load(sb.config, {
                 "data": str(data), "cluster": settings.cluster,
                 "kafka": {"bootstrap_servers": bootstrap, "topic_prefix": settings.kafka.topic_prefix},
-                "schedule": {"models_build": "interval:2", "report_hourly": "off", "report_daily": "off",
+                "schedule": {"models_build": f"interval:{build_s:g}", "report_hourly": "off", "report_daily": "off",
                              "compaction": "off", "retention": "off"},
                 "server": {"listen": "127.0.0.1:0"},
                 "findings": {"alertmanager_url": settings.findings.alertmanager_url},
@@ -199,23 +198,43 @@ def live(settings: Settings, args: Any) -> int:
             state_file = data / "findings-state.json"
             final_builds, mark = 0, None
             try:
-                while service.is_alive() and final_builds < 2:
+                while service.is_alive() and final_builds < 3:
                     for batch in consumer.poll(timeout_ms=500).values():
                         for m in batch:
-                            _say(_change_line(json.loads(m.value), sb, truth))
+                            on_change(json.loads(m.value), sb)
                     if sb.finished:  # two builds over the whole scenario, then stop
                         stamp = state_file.stat().st_mtime if state_file.exists() else None
                         if stamp != mark:
-                            final_builds, mark = final_builds + (mark is not None), stamp
-                for batch in consumer.poll(timeout_ms=500).values():
+                            final_builds, mark = final_builds + 1, stamp
+                for batch in consumer.poll(timeout_ms=1000).values():
                     for m in batch:
-                        _say(_change_line(json.loads(m.value), sb, truth))
+                        on_change(json.loads(m.value), sb)
             finally:
                 consumer.close()
                 stop.set()
                 service.join(180)
     finally:
         sb.stop()
+    return sb, data
+
+
+def live(settings: Settings, args: Any) -> int:
+    """`demo --live`: :func:`play_live` on ``mixed``, printing each change, then the summary of `demo`."""
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    truth: dict[str, Any] = {}
+
+    def show(change: dict[str, Any] | None, sb: Any) -> None:
+        if change is None:
+            truth.update(json.loads((sb.scenario_dir / "truth.json").read_text()))
+            _say(f"demo: sandbox serving {DEMO_NODES} nodes x {DEMO_HOURS:g} h at {args.speed:g}x on {sb.api.url} "
+                 f"({len(sb.exporters)} exporters; kubectl --kubeconfig {sb.kubeconfig}) "
+                 f"[{time.perf_counter() - t0:.1f}s]")
+        else:
+            _say(_change_line(change, sb, truth))
+
+    _, data = play_live(settings, out, show, speed=args.speed, seed=args.seed,
+                        data=settings.data if getattr(args, "data", None) is not None else None)
     from pipeline import lake
     from reports.diagnose import findings, to_table
 

@@ -81,13 +81,13 @@ def test_live_sandbox_run_findings_alertmanager_restart(tmp_path: Path, broker: 
                "GANGSCOPE_FINDINGS_ALERT_TTL_S": "7200"}
         log = tmp_path / "run.log"
         run = _start_run(env, log)
-        seen_in_am: dict[tuple[str, str], dict[str, str]] = {}
+        seen_in_am: dict[str, dict[str, str]] = {}  # finding id -> labels of its alert while it was active
 
         def watch_am() -> None:
             for a in am.alerts():
                 lab = a["labels"]
-                if lab.get("cluster") == "default" and lab.get("alertname") == "GangscopeFinding":
-                    seen_in_am[(lab["job"], lab["root_cause"])] = lab
+                if lab.get("alertname") == "GangscopeFinding":
+                    seen_in_am[lab["finding_id"]] = lab
 
         # Kill it (no clean shutdown) halfway through, with findings already published, and start it again.
         while sb.now() < sb.sim_origin + timedelta(minutes=32):
@@ -111,8 +111,7 @@ def test_live_sandbox_run_findings_alertmanager_restart(tmp_path: Path, broker: 
                 assert run.poll() is None, log.read_text()[-3000:]
                 time.sleep(1)
         watch_am()
-        at_end = {(a["labels"]["job"], a["labels"]["root_cause"]) for a in am.alerts()
-                  if a["labels"].get("alertname") == "GangscopeFinding"}
+        at_end = {a["labels"]["finding_id"] for a in am.alerts() if a["labels"].get("alertname") == "GangscopeFinding"}
         final_api = {uid: rv for uid, rv in _api_versions(sb).items()}
         run.send_signal(signal.SIGTERM)
         assert run.wait(180) == 0, log.read_text()[-3000:]
@@ -166,18 +165,25 @@ def test_live_sandbox_run_findings_alertmanager_restart(tmp_path: Path, broker: 
         assert (ns, job, cause) in ids, f"{ns}/{job} {cause} never published"
     assert not [k for k in published if k in healthy]
 
-    # Alertmanager: every injected incident's alert was there with its labels; the healed one left.
-    for (ns, job), cause in injected.items():
-        lab = seen_in_am.get((job, cause))
-        assert lab is not None, f"{ns}/{job} {cause} never reached Alertmanager"
-        assert (lab["namespace"], lab["cluster"]) == (ns, "default")
-        assert lab["severity"] in ("critical", "warning")
+    # Alertmanager: every finding that was open got its alert, with the finding's labels; a finding that
+    # healed (opened, later resolved) had an active alert that is gone at the end, long before it could expire.
+    states: dict[str, list[str]] = {}
+    for c in changes:
+        states.setdefault(c["finding_id"], []).append(c["state"])
+    by_id = {c["finding_id"]: c for c in changes}
+    for fid, seq in states.items():
+        if "opened" in seq:
+            lab = seen_in_am.get(fid)
+            assert lab is not None, f"{by_id[fid]['job']} {by_id[fid]['root_cause']} never reached Alertmanager"
+            c = by_id[fid]
+            assert (lab["cluster"], lab["namespace"], lab["job"], lab["root_cause"]) == (
+                c["cluster"], c["namespace"], c["job"], c["root_cause"])
+            assert lab["severity"] in ("critical", "warning")
     final = json.loads((data / STATE_FILE).read_text())
-    resolved = {(e["finding"]["job"], e["finding"]["root_cause"]) for e in final.values() if e["state"] == "resolved"}
-    still_open = {(e["finding"]["job"], e["finding"]["root_cause"]) for e in final.values() if e["state"] == "open"}
-    assert ("llama-70b-sft", "interconnect_degradation") in resolved  # the NVLink fault heals at minute 50
-    assert not (resolved & at_end)
-    assert still_open <= at_end
+    healed = {fid for fid, seq in states.items() if "opened" in seq and seq[-1] == "resolved"}
+    assert healed, states  # e.g. the preempted job runs again at minute 45
+    assert not (healed & at_end)
+    assert {fid for fid, e in final.items() if e["state"] == "open"} == at_end
 
     # Nothing lost across the kill: every record on Kafka landed once, and every object's last version is in.
     assert dupes == 0
