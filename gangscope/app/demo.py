@@ -220,9 +220,13 @@ def play_live(settings: Settings, out: Path, on_change: Any, *, scenario: str = 
 
 def live(settings: Settings, args: Any) -> int:
     """`demo --live`: :func:`play_live` on ``mixed``, printing each change, then the summary of `demo`."""
+    import logging
+
     out = Path(args.out)
     t0 = time.perf_counter()
     truth: dict[str, Any] = {}
+    if settings.log.level.upper() == "INFO":  # the service's progress lines would bury the findings
+        logging.getLogger().setLevel(logging.WARNING)
 
     def show(change: dict[str, Any] | None, sb: Any) -> None:
         if change is None:
