@@ -1,12 +1,13 @@
 """Time to verdict: every root-cause class played live in the sandbox, measured from onset to publication.
 
-Runs `gangscope demo --live`'s loop (sandbox + `gangscope run`, embedded broker) on the ``mixed`` scenario, which
-holds every class, or on each class's own scenario (``--scenarios all``), and for each injected incident takes
-the ``opened`` change on the findings topic: simulated seconds from its onset (truth.json; for the waiting
-classes, from when the wait crossed its threshold) to its ``changed_at``. Ends with
-``verdict: classes=<n> p50_s=<s> p95_s=<s> bound_s=<2 x scrape interval + build interval>`` (simulated seconds;
-the build interval is the real build schedule times the speed). Figures depend on the machine: a build that
-takes B real seconds costs B x speed simulated seconds.
+Runs `gangscope demo --live`'s loop (sandbox + `gangscope run`, embedded broker) on the ``mixed`` scenario,
+which holds every class, or on each class's own scenario (``--scenarios all``), and for each injected
+incident takes its first change on the findings topic (``opened``, or ``resolved`` for one first seen
+already over): simulated seconds from its onset (truth.json; for the waiting classes, from when the wait
+crossed its threshold) to its ``changed_at``. Ends with
+``verdict: classes=<n> p50_s=<s> p95_s=<s> bound_s=<2 x scrape interval + build interval>`` (simulated
+seconds; the build interval is the real build schedule times the speed). Figures depend on the machine: a
+build that takes B real seconds costs B x speed simulated seconds.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def measure(scenario: str, speed: float, build_s: float, work: Path) -> dict[tup
         if change is None:
             truth.update(json.loads((sb.scenario_dir / "truth.json").read_text()))
             return
-        if change["state"] != "opened":
-            return
+        # The first publication of the incident, whatever its state: a dip first seen already over is
+        # published once, as resolved, and that is when people hear of it.
         v = verdict_s(change, truth)
         if v is not None:
             out.setdefault((change["namespace"], change["job"], change["root_cause"]), v)

@@ -259,13 +259,18 @@ def live(settings: Settings, args: Any) -> int:
     return 0
 
 
+_announced: set[tuple[str, str, str]] = set()  # incidents already printed once (their first publication)
+
+
 def _change_line(change: dict[str, Any], sb: Any, truth: dict[str, Any]) -> str:
     from datetime import datetime
 
     at = datetime.fromisoformat(change["changed_at"].replace("Z", "+00:00"))
     minute = (at - sb.sim_origin).total_seconds() / 60
-    v = verdict_s(change, truth) if change["state"] == "opened" else None
-    tail = f"  time to verdict {v:.0f} s" if v is not None else ("  (not injected)" if change["state"] == "opened"
-                                                                  else "")
+    key = (change["namespace"], change["job"], change["root_cause"])
+    first = key not in _announced
+    _announced.add(key)
+    v = verdict_s(change, truth) if first else None
+    tail = f"  time to verdict {v:.0f} s" if v is not None else ("  (not injected)" if first else "")
     return (f"  +{minute:4.1f} min  {change['state']:<8} {change['root_cause']:<25} "
             f"{change['namespace']}/{change['job']}{tail}  {change['summary']}")
