@@ -86,12 +86,18 @@ def run(settings: Settings, args: Any) -> int:
     b = build(settings)
     _say(f"demo: built {b.models} models [{time.perf_counter() - t:.1f}s]")
     try:
-        from reports.diagnose import findings, to_table
+        import reports.diagnose  # noqa: F401 - a stage not built yet is named, not a traceback
     except ImportError:
         return _stop("diagnose", 6, "building the models")
-    from pipeline import lake
+    return _summary(settings, json.loads((g.directory / "truth.json").read_text()), out, t0)
 
-    con = lake.connect(settings)
+
+def _summary(settings: Settings, truth: dict[str, Any], out: Path, t0: float) -> int:
+    """The diagnosis table, the score against the truth, and the report: how every demo ends."""
+    from pipeline import lake
+    from reports.diagnose import findings, to_table
+
+    con = lake.connect(settings, read_only=True, create=False)
     try:
         rows = findings(con, include_healthy=False)
     finally:
@@ -99,7 +105,7 @@ def run(settings: Settings, args: Any) -> int:
     _say("")
     _say(to_table(rows))
     _say("")
-    _say(_score(rows, json.loads((g.directory / "truth.json").read_text())))
+    _say(_score(rows, truth))
     try:
         from reports.report import write_report
     except ImportError:
@@ -239,24 +245,7 @@ def live(settings: Settings, args: Any) -> int:
 
     _, data = play_live(settings, out, show, speed=args.speed, seed=args.seed,
                         data=settings.data if getattr(args, "data", None) is not None else None)
-    from pipeline import lake
-    from reports.diagnose import findings, to_table
-
-    settings = dataclasses.replace(settings, data=data)
-    con = lake.connect(settings, read_only=True, create=False)
-    try:
-        rows = findings(con, include_healthy=False)
-    finally:
-        con.close()
-    _say("")
-    _say(to_table(rows))
-    _say("")
-    _say(_score(rows, truth))
-    from reports.report import write_report
-
-    path = write_report(settings, "html", out / "report.html")
-    _say(f"demo: report written to {path} (total {time.perf_counter() - t0:.1f}s)")
-    return 0
+    return _summary(dataclasses.replace(settings, data=data), truth, out, t0)
 
 
 _announced: set[tuple[str, str, str]] = set()  # incidents already printed once (their first publication)
