@@ -66,6 +66,8 @@ class MetricsSettings:
     # Processes that parse and encode scrapes (collectors/metrics/scrape.py). None: one per core
     # when there are at least 100 targets, else parse in the scraper; 0: always in the scraper.
     parse_workers: int | None = None
+    # A scrape whose (decompressed) body is larger fails whole (up=0), like Prometheus' body_size_limit.
+    max_body_bytes: int = 64 << 20
 
 
 @dataclass

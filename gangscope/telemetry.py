@@ -48,13 +48,20 @@ DEAD_LETTERS = Counter(
 )
 
 # --- collectors -----------------------------------------------------------------------
+# Targets are named scrape_job/scrape_instance: `job`/`instance` are the labels Prometheus itself sets when it
+# scrapes gangscope (ours would become exported_job/exported_instance).
 SCRAPE_UP = Gauge(
-    "gangscope_scrape_up", "1 if the last scrape of the target succeeded, else 0.", ["job", "instance"],
+    "gangscope_scrape_up", "1 if the last scrape of the target succeeded, else 0.", ["scrape_job", "scrape_instance"],
     registry=REGISTRY,
 )
 SCRAPE_DURATION = Gauge(
-    "gangscope_scrape_duration_seconds", "Duration of the last scrape of the target.", ["job", "instance"],
-    registry=REGISTRY,
+    "gangscope_scrape_duration_seconds", "Duration of the last scrape of the target.",
+    ["scrape_job", "scrape_instance"], registry=REGISTRY,
+)
+SCRAPE_FAILURES = Counter(
+    "gangscope_scrape_failures_total", "Failed scrapes (no samples recorded), by reason: timeout, http_status, "
+    "body_too_large, empty_body, not_utf8, content_type, parse_error, skipped, connection.",
+    ["scrape_job", "reason"], registry=REGISTRY,
 )
 WATCH_RECONNECTS = Counter(
     "gangscope_watch_reconnects_total", "Watch streams re-opened (closed by server, network error).", ["kind"],
@@ -111,10 +118,13 @@ def records_polled(records: Sequence[Any]) -> None:
         RECORDS_CONSUMED.labels(records[0].topic).inc(len(records))
 
 
-def scrape_done(batch: Any) -> None:
-    """A ``ScrapeBatch`` (up, duration_s, job, instance) just scraped: scrape health per target."""
+def scrape_done(batch: Any, failure: str | None = None) -> None:
+    """A ``ScrapeBatch`` (up, duration_s, job, instance) just scraped: scrape health per target;
+    ``failure`` is the reason class of a failed one."""
     SCRAPE_UP.labels(batch.job, batch.instance).set(1 if batch.up else 0)
     SCRAPE_DURATION.labels(batch.job, batch.instance).set(batch.duration_s)
+    if not batch.up:
+        SCRAPE_FAILURES.labels(batch.job, failure or "connection").inc()
 
 
 def track_publisher(publisher: Any) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from gangscope import config
 from gangscope.transport.broker import EmbeddedBroker
-from tests.servers import postgres
+from tests.servers import postgres, prometheus
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
@@ -62,3 +62,35 @@ def postgres_server() -> Iterator[postgres.PostgresServer]:
         pytest.skip(str(e))
     yield server
     server.stop()
+
+
+def _started(start: object, *args: object) -> object:
+    try:
+        return start(*args)  # type: ignore[operator]
+    except RuntimeError as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def node_exporter() -> Iterator[prometheus.Process]:
+    """A real node_exporter (Debian prometheus-node-exporter) on a free loopback port."""
+    server = _started(prometheus.start_node_exporter)
+    yield server  # type: ignore[misc]
+    server.stop()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def start_prometheus() -> Iterator[object]:
+    """``start_prometheus(config_dict)``: a real Prometheus (Debian prometheus), stopped after the test."""
+    started: list[prometheus.Prometheus] = []
+
+    def start(config: dict) -> prometheus.Prometheus:
+        server = _started(prometheus.start_prometheus, config)
+        started.append(server)  # type: ignore[arg-type]
+        return server  # type: ignore[return-value]
+
+    yield start
+    for server in started:
+        server.stop()
