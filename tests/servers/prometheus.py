@@ -62,13 +62,18 @@ class Process:
     def address(self) -> str:
         return self.url.removeprefix("http://")
 
-    def stop(self) -> None:
-        self.process.terminate()
+    def halt(self) -> None:
+        """Stop the process (cleanly: Prometheus flushes its WAL), keeping its directory."""
+        if self.process.poll() is None:
+            self.process.terminate()
         try:
             self.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+    def stop(self) -> None:
+        self.halt()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
