@@ -27,12 +27,12 @@ from typing import Any
 import cramjam
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from collectors.prom import DEFAULT_JOB
 from gangscope.records import ScrapeBatch
 
 log = logging.getLogger(__name__)
 
 PATH = "/api/v1/write"
-DEFAULT_JOB = "remote_write"  # job and instance of a series that has neither label (recording rules, say)
 STALE_NAN = 0x7FF0000000000002
 _F64 = struct.Struct("<d")
 _U64 = struct.Struct("<Q")

@@ -18,10 +18,13 @@ import cramjam
 import pytest
 
 from collectors.metrics.parse import parse_text
+from collectors.prom.backfill import Source, signal_selector
 from collectors.prom.remote_write import STALE_NAN, WriteRequest, decode
 from gangscope import config
+from gangscope.app import cli
 from gangscope.app.service import run_service
 from gangscope.transport.broker import EmbeddedBroker
+from pipeline.signals import signal_map
 from tests.collectors_metrics.lakeread import Sample, landed_samples, value_key
 from tests.servers.prometheus import Process, Prometheus, free_port
 
@@ -62,6 +65,20 @@ def running(settings: config.Settings) -> Iterator[str]:
     assert result == [0]
 
 
+@contextmanager
+def _environ(env: dict[str, str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def prometheus_config(node_exporter: Process, write_url: str) -> dict[str, Any]:
     return {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
@@ -96,8 +113,8 @@ def wait_landed_past(settings: config.Settings, cut_ms: int, timeout_s: float = 
     raise AssertionError(f"no node sample past {cut_ms} landed within {timeout_s:.0f} s")
 
 
-def test_prometheus_remote_write_lands_what_prometheus_stored(node_exporter: Process, start_prometheus,
-                                                              settings: config.Settings) -> None:
+def test_remote_write_and_backfill_land_what_prometheus_stored(node_exporter: Process, start_prometheus,
+                                                               settings: config.Settings, tmp_path: Path) -> None:
     s = service_settings(settings)
     with running(s) as write_url:
         prom = start_prometheus(prometheus_config(node_exporter, write_url))
@@ -110,6 +127,25 @@ def test_prometheus_remote_write_lands_what_prometheus_stored(node_exporter: Pro
     assert landed == expected  # every sample once, labels as sent, job/instance from Prometheus' target
     assert {x[1] for x in landed} == {node_exporter.address}
     assert all(v != "nan" for *_, v in landed)  # no staleness markers as data
+
+    # Backfill of the same window from that Prometheus, into another lake, through the CLI: the same samples.
+    first = min(x[4] for x in landed)
+    data2 = tmp_path / "backfill-data"
+    argv = ["backfill", "--prometheus", prom.url, "--start", f"{(first - 60_000) / 1000:.3f}",
+            "--end", f"{cut_ms / 1000:.3f}", "--match", '{job="node"}', "--window", "2s",
+            "--bootstrap-servers", s.kafka.bootstrap_servers, "--data", str(data2), "--cluster", s.cluster]
+    s2 = config.load(overrides={"data": str(data2), "kafka": {"bootstrap_servers": s.kafka.bootstrap_servers,
+                                                               "topic_prefix": s.kafka.topic_prefix + "bf."},
+                                "pipeline": {"group_id": s.pipeline.group_id + "bf", "idle_seconds": 3.0}},
+                     environ={})
+    env = {"GANGSCOPE_KAFKA_TOPIC_PREFIX": s2.kafka.topic_prefix, "GANGSCOPE_PIPELINE_GROUP_ID": s2.pipeline.group_id}
+    with _environ(env):
+        assert cli.main(argv) == 0
+    assert landed_samples(s2) == expected  # many small windows: nothing twice at their edges, nothing missed
+    # The default selector (every metric of the signal map) is PromQL Prometheus accepts.
+    default = signal_selector(signal_map(s))
+    assert default.startswith('{__name__=~"') and "DCGM_FI_DEV_XID_ERRORS" in default
+    assert Source(prom.url).query(f"{default}[1m]", cut_ms) == []  # no GPUs here: nothing, and no error
 
 
 def _prom_counter(prom: Prometheus, name: str) -> float:
@@ -196,7 +232,7 @@ def test_decode_drops_staleness_markers_and_names_unlabelled_series() -> None:
     out = decode(bytes(cramjam.snappy.compress_raw(req.SerializeToString())), "c1")
     assert [(x.job, x.instance, x.scraped_at_ms, x.series_metric, x.sample_ts_ms) for x in out] == [
         ("node", "h:9100", 1000, ["node_load1"], [1000, 3000]),
-        ("remote_write", "remote_write", 1500, ["job:rate5m"], [1500])]
+        ("prometheus", "prometheus", 1500, ["job:rate5m"], [1500])]
     assert out[0].series_labels == [{}]
     with pytest.raises(ValueError, match="snappy"):
         decode(b"\x00garbage", "c1")
