@@ -84,6 +84,33 @@ def parse_scrape(text: str, fmt: str, *, cluster: str, target: str, job: str, in
                     duration_s=fetch_s + (time.perf_counter() - t0), extra_labels=labels)
 
 
+def by_own_target(b: ScrapeBatch) -> list[ScrapeBatch]:
+    """``honor_labels``: the samples of one scrape split by their own ``job``/``instance`` labels, each group a
+    batch of that target (``target`` = its instance, as for a replayed file; the labels leave the label set).
+    Samples without them stay in ``b``, which always comes first: it is the scrape's health record."""
+    groups: dict[tuple[str, str], ScrapeBatch] = {}
+    own = ScrapeBatch(cluster=b.cluster, target=b.target, job=b.job, instance=b.instance,
+                      scraped_at_ms=b.scraped_at_ms, up=b.up, duration_s=b.duration_s, error=b.error)
+    index: dict[tuple[int, int], int] = {}
+    for s, ts, v in zip(b.sample_series, b.sample_ts_ms, b.sample_value, strict=True):
+        labels = b.series_labels[s]
+        if "job" in labels or "instance" in labels:
+            job, inst = labels.get("job") or b.job, labels.get("instance") or b.instance
+            out = groups.get((job, inst))
+            if out is None:
+                out = groups[(job, inst)] = ScrapeBatch(cluster=b.cluster, target=inst, job=job, instance=inst,
+                                                        scraped_at_ms=b.scraped_at_ms, duration_s=b.duration_s)
+            labels = {k: val for k, val in labels.items() if k not in ("job", "instance")}
+        else:
+            out = own
+        key = (id(out), s)
+        i = index.get(key)
+        if i is None:
+            i = index[key] = out.add_series(b.series_metric[s], labels)
+        out.add_sample(i, v, ts)
+    return [own, *groups.values()]
+
+
 def _parse_encode(text: str, fmt: str, cluster: str, target: str, job: str, instance: str, scraped_at_ms: int,
                   fetch_s: float, labels: dict[str, str]) -> tuple[bytes, int, bool, str | None, float]:
     """Worker side: parse and encode one scrape; returns (record bytes, samples, up, error, duration_s)."""
@@ -215,7 +242,7 @@ class Scraper:
             batch = self._failed(t, start_ms, time.perf_counter() - t0, f"{type(e).__name__}: {e}"[:500])
         else:
             batch = None
-            if self.pool is not None:
+            if self.pool is not None and not t.honor_labels:
                 try:
                     encoded, samples, up, error, duration_s = await asyncio.get_running_loop().run_in_executor(
                         self.pool, _parse_encode, text, fmt, self.cluster, t.url, t.job, t.instance, start_ms,
@@ -237,6 +264,11 @@ class Scraper:
         finally:
             self._inflight.discard(t.url)
         self._health(t, batch)
+        if t.honor_labels and batch.up:
+            own, *others = by_own_target(batch)
+            for b in (own, *others):
+                self.emit(b)
+            return own
         self.emit(batch)
         return batch
 

@@ -139,3 +139,35 @@ def test_failures_are_counted_logged_once_and_recovery_noted(caplog: pytest.LogC
     assert len(failed) == 1 and failed[0].levelname == "WARNING"
     assert any("works again" in r.getMessage() for r in caplog.records)
 
+
+
+def test_federate_target_keeps_each_samples_own_target(node_exporter: Process, start_prometheus,
+                                                       tmp_path) -> None:
+    from collectors.metrics.targets import static_targets
+    from gangscope import config
+
+    prom = start_prometheus({"global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+                             "scrape_configs": [{"job_name": "node",
+                                                 "static_configs": [{"targets": [node_exporter.address]}]}]})
+    prom.wait_for('count_over_time(up{job="node"}[1m]) >= 2')
+    url = prom.url + '/federate?match[]={job="node"}'
+    s = config.load(overrides={"data": str(tmp_path / "d"), "metrics": {"targets": [{"url": url, "job": "fed"}]}},
+                    environ={})
+    (target,) = static_targets(s)
+    assert target.honor_labels  # the default for a /federate path
+    emitted: list[ScrapeBatch] = []
+
+    async def go() -> None:
+        async with Scraper("c1", emitted.append) as sc:
+            await sc.scrape_round([target])
+
+    asyncio.run(go())
+    series = int(float(prom.query("query", query='count({job="node"})')["result"][0]["value"][1]))
+    own, *federated = emitted
+    assert own.up and own.job == "fed" and own.sample_value == []  # the federate scrape's health, no samples
+    assert [(b.job, b.instance, b.target) for b in federated] == [("node", node_exporter.address,
+                                                                   node_exporter.address)]
+    (b,) = federated
+    assert abs(len(b.sample_value) - series) <= 5 and len(b.sample_value) > 300
+    assert not any({"job", "instance"} & lb.keys() for lb in b.series_labels)  # identity is the batch's
+    assert all(ts is not None for ts in b.sample_ts_ms)  # each sample keeps its own time
