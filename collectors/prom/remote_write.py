@@ -68,6 +68,31 @@ class BadRequest(ValueError):
     """A body that is not a snappy-compressed WriteRequest (answered 400)."""
 
 
+_SERIES: dict[bytes, tuple[str, str, str, dict[str, str]]] = {}  # label bytes -> (name, job, instance, labels)
+SERIES_CACHE_MAX = 1_000_000
+
+
+def _series(ts: Any) -> tuple[str, str, str, dict[str, str]]:
+    """A TimeSeries' (name, job, instance, other labels), from a cache keyed by its labels' wire bytes.
+
+    Prometheus sends the same series in every request; reading labels field by field was most of the
+    decoding. The label dicts are shared between batches and must not be changed.
+    """
+    ts.ClearField("samples")  # what is left is the labels' wire form
+    key = ts.SerializeToString()
+    hit = _SERIES.get(key)
+    if hit is None:
+        labels = {lb.name: lb.value for lb in ts.labels}
+        name = labels.pop("__name__", "")
+        if not name:
+            raise BadRequest(f"a series without __name__: {labels}")
+        if len(_SERIES) >= SERIES_CACHE_MAX:
+            _SERIES.clear()
+        hit = _SERIES[key] = (name, labels.pop("job", "") or DEFAULT_JOB, labels.pop("instance", "") or DEFAULT_JOB,
+                              labels)
+    return hit
+
+
 def decode(body: bytes, cluster: str) -> list[ScrapeBatch]:
     """The samples of one remote-write body as ScrapeBatches, one per (job, instance), in the order first seen."""
     try:
@@ -81,16 +106,11 @@ def decode(body: bytes, cluster: str) -> list[ScrapeBatch]:
     batches: dict[tuple[str, str], ScrapeBatch] = {}
     pack, unpack = _F64.pack, _U64.unpack
     for ts in req.timeseries:
-        labels = {lb.name: lb.value for lb in ts.labels}
-        name = labels.pop("__name__", "")
-        if not name:
-            raise BadRequest(f"a series without __name__: {labels}")
-        job = labels.pop("job", "") or DEFAULT_JOB
-        instance = labels.pop("instance", "") or DEFAULT_JOB
+        points = [(s.value, s.timestamp) for s in ts.samples]
+        name, job, instance, labels = _series(ts)
         b = batches.get((job, instance))
         series = -1
-        for s in ts.samples:
-            v, t = s.value, s.timestamp
+        for v, t in points:
             if v != v and unpack(pack(v))[0] == STALE_NAN:
                 continue
             if b is None:
