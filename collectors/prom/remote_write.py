@@ -158,7 +158,15 @@ class Receiver:
             (why + "\n").encode()
 
     def handle(self, body: bytes, headers: Mapping[str, str]) -> Reply:
-        """One ``POST /api/v1/write``: (status, headers, body) to answer."""
+        """One ``POST /api/v1/write``: (status, headers, body) to answer; never raises (a bug is a 500,
+        which Prometheus retries)."""
+        try:
+            return self._handle(body, headers)
+        except Exception as e:
+            log.exception("remote write failed")
+            return 500, {"Content-Type": "text/plain; charset=utf-8"}, f"{type(e).__name__}\n".encode()
+
+    def _handle(self, body: bytes, headers: Mapping[str, str]) -> Reply:
         from gangscope.transport.publish import Ticket
 
         text = {"Content-Type": "text/plain; charset=utf-8"}

@@ -236,3 +236,36 @@ def test_decode_drops_staleness_markers_and_names_unlabelled_series() -> None:
     assert out[0].series_labels == [{}]
     with pytest.raises(ValueError, match="snappy"):
         decode(b"\x00garbage", "c1")
+
+
+def test_backpressure_and_unacknowledged_requests_are_503_and_withdrawn(tmp_path: Path) -> None:
+    """A publisher whose Kafka is unreachable (nothing listens on the port): a backlog makes new requests 503 at
+    once; a request Kafka does not acknowledge in time is 503 too, and its records leave the publisher."""
+    from collectors.prom.remote_write import Receiver
+    from gangscope.records import ScrapeBatch
+    from gangscope.transport.publish import Publisher
+
+    s = config.load(overrides={"data": str(tmp_path / "d")}, environ={})
+    publisher = Publisher(s, f"127.0.0.1:{free_port()}")
+    try:
+        receiver = Receiver(publisher, "c1", ack_timeout_s=0.5, max_buffered=3)
+        proto = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
+        req = WriteRequest()
+        for i in range(2):  # two targets: two records
+            ts = req.timeseries.add()
+            for k, v in (("__name__", "up"), ("instance", f"n{i}:9100"), ("job", "node")):
+                ts.labels.add(name=k, value=v)
+            ts.samples.add(value=1.0, timestamp=1_796_000_000_000)
+        body = bytes(cramjam.snappy.compress_raw(req.SerializeToString()))
+        code, headers, text = receiver.handle(body, proto)
+        assert code == 503 and headers["Retry-After"] and b"did not acknowledge" in text
+        assert publisher.buffered == 0  # withdrawn: the retry will not double them
+        for i in range(4):  # a backlog (scrapes waiting for Kafka)
+            publisher.publish(ScrapeBatch(cluster="c1", target=f"t{i}", job="j", instance="i", scraped_at_ms=1))
+        code, _, text = receiver.handle(body, proto)
+        assert code == 503 and b"records wait for Kafka" in text and publisher.buffered == 4
+        receiver.close()
+        assert receiver.handle(body, proto)[0] == 503
+        assert receiver.samples == 0 and receiver.rejected == 3
+    finally:
+        publisher.close(timeout_s=0.1)
