@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-import time
 from datetime import UTC, datetime
 from typing import Any
 
 from collectors.prom.backfill import Source, read_window, redacted, signal_selector
 from collectors.replay import ReplayStats, publish_records, stderr_progress
+from gangscope.app.replay import land_published
 from gangscope.config import Settings
 from gangscope.errors import UserError
 
@@ -37,14 +37,9 @@ def backfill(settings: Settings, source: Source, start_ms: int, end_ms: int, sel
     from gangscope.transport.broker import bootstrap_servers
 
     with bootstrap_servers(settings) as bootstrap:
-        t0 = time.monotonic()
         stats = publish_records(settings, bootstrap, records, progress)
-        if land and stats.records:
-            from pipeline import consume
-
-            consume.run(settings, bootstrap, until=stats.offsets)
-            stats.landed = True
-            stats.seconds = time.monotonic() - t0
+        if land:
+            land_published(settings, bootstrap, stats)
     return stats
 
 

@@ -42,14 +42,21 @@ def _replay(settings: Settings, bootstrap: str, k8s_files: list[str], metrics_fi
             job: str | None, instance: str | None, progress: Callable[[ReplayStats, bool], None] | None,
             interval_s: float) -> ReplayStats:
     stats = publish(settings, bootstrap, k8s_files, metrics_files, job, instance, progress, interval_s)
-    if land and stats.records:
-        from pipeline import consume
-
-        start = time.monotonic() - stats.seconds
-        consume.run(settings, bootstrap, until=stats.offsets)
-        stats.landed = True
-        stats.seconds = time.monotonic() - start
+    if land:
+        land_published(settings, bootstrap, stats)
     return stats
+
+
+def land_published(settings: Settings, bootstrap: str, stats: ReplayStats) -> None:
+    """Run the pipeline until what ``stats`` says was published (its offsets) has landed."""
+    if not stats.records:
+        return
+    from pipeline import consume
+
+    start = time.monotonic() - stats.seconds
+    consume.run(settings, bootstrap, until=stats.offsets)
+    stats.landed = True
+    stats.seconds = time.monotonic() - start
 
 
 

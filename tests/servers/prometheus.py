@@ -77,21 +77,26 @@ class Process:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+def _launch(cls: type, args: list[str], root: Path, port: int, ready_path: str, what: str) -> Any:
+    """Start ``args`` logging to ``root/log``; return ``cls(url, root, process)`` once ``ready_path`` answers."""
+    log = root / "log"
+    proc = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    server = cls(f"http://127.0.0.1:{port}", root, proc)
+    try:
+        _wait_http(server.url + ready_path, proc, log, what)
+    except RuntimeError:
+        server.stop()
+        raise
+    return server
+
+
 def start_node_exporter() -> Process:
     """node_exporter with its default collectors (about 500 samples per scrape on a small machine)."""
     binary = _binary("prometheus-node-exporter", "node_exporter", "prometheus-node-exporter")
     root = Path(tempfile.mkdtemp(prefix="gangscope-nodeexp-"))
     port = free_port()
-    log = root / "log"
-    proc = subprocess.Popen([binary, f"--web.listen-address=127.0.0.1:{port}"], stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT)
-    server = Process(f"http://127.0.0.1:{port}", root, proc)
-    try:
-        _wait_http(server.url + "/metrics", proc, log, "node_exporter")
-    except RuntimeError:
-        server.stop()
-        raise
-    return server
+    return _launch(Process, [binary, f"--web.listen-address=127.0.0.1:{port}"], root, port, "/metrics",
+                   "node_exporter")
 
 
 @dataclass
@@ -122,19 +127,9 @@ def start_prometheus(config: dict[str, Any]) -> Prometheus:
     root = Path(tempfile.mkdtemp(prefix="gangscope-prom-"))
     (root / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
-    log = root / "log"
-    proc = subprocess.Popen(
-        [binary, f"--config.file={root / 'prometheus.yml'}", f"--web.listen-address=127.0.0.1:{port}",
-         f"--storage.tsdb.path={root / 'data'}", "--log.level=warn"],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT,
-    )
-    server = Prometheus(f"http://127.0.0.1:{port}", root, proc)
-    try:
-        _wait_http(server.url + "/-/ready", proc, log, "prometheus")
-    except RuntimeError:
-        server.stop()
-        raise
-    return server
+    args = [binary, f"--config.file={root / 'prometheus.yml'}", f"--web.listen-address=127.0.0.1:{port}",
+            f"--storage.tsdb.path={root / 'data'}", "--log.level=warn"]
+    return _launch(Prometheus, args, root, port, "/-/ready", "prometheus")
 
 
 def promtool(*args: str, timeout_s: float = 120.0) -> str:
