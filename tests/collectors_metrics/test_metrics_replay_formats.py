@@ -146,3 +146,36 @@ def test_raw_text_dump_without_identity_joins_by_its_own_labels(tmp_path: Path) 
         ("dcgm-node-1", "dcgm-node-1", t0, [87.0]), ("dcgm-node-1", "dcgm-node-1", t0 + 15000, [88.0])]
     assert all(not math.isnan(v) for b in batches for v in b.sample_value)
     assert batches[0].series_labels == [{"gpu": "0", "UUID": "GPU-1", "Hostname": "node-1"}]
+
+
+def test_dump_named_after_its_node_joins_by_instance(settings: config.Settings, tmp_path: Path) -> None:
+    """node_exporter's real InfiniBand excerpt saved with ms timestamps and no job/instance, in a file named after
+    its node: replayed without flags, its samples reach that Node by the instance rule of CONTRACT section 2."""
+    from pipeline import lake, models
+    from pipeline.signals import sql_variables
+    from tests.collectors_metrics.synthetic import IB_SAMPLE
+
+    t0 = int(time.time() * 1000) - 120_000
+    body = [line for line in IB_SAMPLE.read_text().splitlines() if line and not line.startswith("#")]
+    assert not any("job=" in line or "instance=" in line for line in body)
+    path = tmp_path / "gpu-node-7.prom"
+    path.write_text("".join(f"{line} {t0 + k * 15_000}\n" for k in range(2) for line in body))
+    stats = replay(settings, [], [str(path)], progress=None)
+    assert stats.landed and stats.metric_samples == 2 * len(body)
+
+    con = lake.connect(settings)
+    try:
+        con.execute("CREATE TABLE staging.stg_node_addresses AS SELECT * FROM (VALUES "
+                    "('default', 'gpu-node-7', 'gpu-node-7'), ('default', 'gpu-node-7', '10.0.3.7')) "
+                    "t(cluster, node, address)")
+        models.set_variables(con, sql_variables(settings))
+        con.execute("SET VARIABLE watermark = '-infinity'::TIMESTAMPTZ")
+        sql = (Path(__file__).resolve().parents[2] / "sql" / "staging" / "stg_metric_signals.sql").read_text()
+        cur = con.execute(sql)
+        cols = [d[0] for d in cur.description]
+        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        con.close()
+    ib = [r for r in rows if r["signal"] in ("ib_bw", "ib_port_state")]
+    assert ib and {r["node"] for r in ib} == {"gpu-node-7"}
+    assert {r["scrape_job"] for r in ib} == {"gpu-node-7"}
