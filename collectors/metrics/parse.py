@@ -189,6 +189,29 @@ def _strip_exemplar(line: str) -> str:
     return line
 
 
+def _om_strict(raw: str, line: str, name: str, types: dict[str, str], exemplar: bool) -> None:
+    """What OpenMetrics forbids and text 0.0.4 allows (the OpenMetrics parser's own rules): stray whitespace,
+    a trailing comma in the label set, a counter sample without ``_total``, an exemplar where none may be."""
+    if raw != raw.strip(" \t\r"):
+        raise ParseError("leading or trailing whitespace")
+    close = line.rfind("}")
+    if close >= 0:
+        if line[:close].endswith(","):
+            raise ParseError("trailing comma in the label set")
+        tail = line[close + 1:]
+        if not tail.startswith(" "):
+            raise ParseError("expected one space after the labels")
+    else:
+        tail = line[line.find(" "):] if " " in line else ""
+    if "  " in tail or tail.endswith(" "):
+        raise ParseError("fields are separated by exactly one space")
+    if types.get(name) == "counter":
+        raise ParseError(f"counter sample {name!r} must end with _total")
+    if exemplar and not (name.endswith("_total") and types.get(name[:-6]) == "counter"
+                         or name.endswith("_bucket") and types.get(name[:-7]) in ("histogram", "gaugehistogram")):
+        raise ParseError(f"exemplar on {name!r}: only counter _total and histogram _bucket samples have them")
+
+
 def parse_text(text: str, *, require_timestamps: bool = False, first_line: int = 1, fmt: str = "text",
                eof_required: bool = True) -> Parsed:
     """Parse one exposition text; broken lines go to ``errors`` (with their line number) and are skipped.
@@ -208,9 +231,13 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
     names_ok: set[str] = set()  # names seen valid in this text (each metric repeats per series)
     eof_at = 0
     lineno = last = first_line - 1
-    for raw in text.split("\n"):
+    raws = text.split("\n")
+    final = len(raws) - 1 + first_line  # the element after the last newline, empty in a whole text
+    for raw in raws:
         lineno += 1
         if not raw:
+            if om and lineno < final:
+                errors.append((lineno, "empty line"))
             continue
         line = raw.strip() if raw[0] in " \t" or raw[-1] in " \t\r" else raw
         if not line:
@@ -232,9 +259,13 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
                     errors.append((lineno, f"unknown metric type {typ!r}"))
                 else:
                     out.types[parts[2]] = typ
+            elif om and len(parts) >= 4 and parts[1] == "UNIT" and not parts[2].endswith("_" + parts[3]):
+                errors.append((lineno, f"unit {parts[3]!r} does not end the metric name {parts[2]!r}"))
             continue
+        exemplar = False
         if om and " # {" in line:
-            line = _strip_exemplar(line)
+            sample = _strip_exemplar(line)
+            exemplar, line = sample != line, sample
         try:
             brace = line.find("{")
             if brace >= 0:
@@ -284,8 +315,10 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
                 raise ParseError("sample has no timestamp (replay files need one on every sample)")
             else:
                 ts = None
-            if om and name.endswith("_created") and out.types.get(name[:-8]) in _OM_CREATED:
-                continue
+            if om:
+                _om_strict(raw, line, name, out.types, exemplar)
+                if name.endswith("_created") and out.types.get(name[:-8]) in _OM_CREATED:
+                    continue
         except ParseError as e:
             errors.append((lineno, str(e)))
             continue
