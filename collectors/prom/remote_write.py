@@ -81,7 +81,7 @@ def _series(ts: Any) -> tuple[str, str, str, dict[str, str]]:
     ts.ClearField("samples")  # what is left is the labels' wire form
     key = ts.SerializeToString()
     hit = _SERIES.get(key)
-    if hit is None:
+    if hit is None:  # (decode looks the cache up itself first; this is the miss)
         labels = {lb.name: lb.value for lb in ts.labels}
         name = labels.pop("__name__", "")
         if not name:
@@ -103,27 +103,32 @@ def decode(body: bytes, cluster: str) -> list[ScrapeBatch]:
         req = WriteRequest.FromString(raw)
     except Exception as e:
         raise BadRequest(f"body is not a remote-write WriteRequest: {e}") from None
-    batches: dict[tuple[str, str], ScrapeBatch] = {}
-    pack, unpack = _F64.pack, _U64.unpack
+    # Per (job, instance): series names, series labels, and the sample columns (series, ts, value).
+    groups: dict[tuple[str, str], tuple[list[str], list[dict[str, str]], list[int], list[int], list[float]]] = {}
+    pack, unpack, cache, series_of = _F64.pack, _U64.unpack, _SERIES, _series
     for ts in req.timeseries:
         points = [(s.value, s.timestamp) for s in ts.samples]
-        name, job, instance, labels = _series(ts)
-        b = batches.get((job, instance))
-        series = -1
+        ts.ClearField("samples")  # what is left is the labels' wire form: the cache key
+        hit = cache.get(ts.SerializeToString()) or series_of(ts)
+        name, job, instance, labels = hit
+        g = None
         for v, t in points:
             if v != v and unpack(pack(v))[0] == STALE_NAN:
                 continue
-            if b is None:
-                b = batches[(job, instance)] = ScrapeBatch(cluster=cluster, target=instance, job=job,
-                                                           instance=instance, scraped_at_ms=t)
-            if series < 0:
-                series = b.add_series(name, labels)
-            b.sample_series.append(series)
-            b.sample_ts_ms.append(t)
-            b.sample_value.append(v)
-            if t < b.scraped_at_ms:
-                b.scraped_at_ms = t
-    return list(batches.values())
+            if g is None:
+                g = groups.get((job, instance))
+                if g is None:
+                    g = groups[(job, instance)] = ([], [], [], [], [])
+                g[0].append(name)
+                g[1].append(labels)
+                series = len(g[0]) - 1
+            g[2].append(series)
+            g[3].append(t)
+            g[4].append(v)
+    return [ScrapeBatch(cluster=cluster, target=instance, job=job, instance=instance, scraped_at_ms=min(times),
+                        series_metric=names, series_labels=label_sets, sample_series=series_col,
+                        sample_ts_ms=times, sample_value=values)  # type: ignore[arg-type]
+            for (job, instance), (names, label_sets, series_col, times, values) in groups.items()]
 
 
 Reply = tuple[int, dict[str, str], bytes]
