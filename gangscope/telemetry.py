@@ -60,7 +60,7 @@ SCRAPE_DURATION = Gauge(
 )
 SCRAPE_FAILURES = Counter(
     "gangscope_scrape_failures_total", "Failed scrapes (no samples recorded), by reason: timeout, http_status, "
-    "body_too_large, empty_body, not_utf8, content_type, parse_error, skipped, connection.",
+    "body_too_large, empty_body, not_utf8, content_type, parse_error, skipped, body_cut, connection.",
     ["scrape_job", "reason"], registry=REGISTRY,
 )
 WATCH_RECONNECTS = Counter(

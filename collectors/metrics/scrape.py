@@ -142,7 +142,8 @@ def _ssl_context(t: Target) -> ssl.SSLContext | bool | None:
 
 _KINDS = (("timeout", "timeout"), ("HTTP ", "http_status"), ("body of ", "body_too_large"),
           ("body exceeds", "body_too_large"), ("empty body", "empty_body"), ("body is not UTF-8", "not_utf8"),
-          ("unsupported content type", "content_type"), ("parse error", "parse_error"), ("skipped", "skipped"))
+          ("unsupported content type", "content_type"), ("parse error", "parse_error"), ("skipped", "skipped"),
+          ("ClientPayloadError", "body_cut"))
 
 
 def failure_kind(error: str | None) -> str:

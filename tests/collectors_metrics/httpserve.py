@@ -21,6 +21,7 @@ class Route:
     chunk: int = 0  # > 0: Transfer-Encoding chunked, pieces of this many bytes, each flushed on its own
     chunk_delay_s: float = 0.0
     gzip: bool = False  # Content-Encoding: gzip
+    cut_at: int = 0  # > 0: announce the whole body, send only this many bytes, then close the connection
 
 
 @contextmanager
@@ -51,16 +52,20 @@ def serve(routes: dict[str, Route]) -> Iterator[tuple[str, list[tuple[str, dict[
                 if not route.chunk:
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
-                    self.wfile.write(body)
+                    self.wfile.write(body[:route.cut_at] if route.cut_at else body)
+                    self.close_connection = bool(route.cut_at)
                     return
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                for i in range(0, len(body), route.chunk):
+                for i in range(0, route.cut_at or len(body), route.chunk):
                     piece = body[i:i + route.chunk]
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                     self.wfile.flush()
                     if route.chunk_delay_s:
                         time.sleep(route.chunk_delay_s)
+                if route.cut_at:
+                    self.close_connection = True  # no last chunk: the stream just ends
+                    return
                 self.wfile.write(b"0\r\n\r\n")
             except (BrokenPipeError, ConnectionResetError):
                 pass

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import start_http_server as client_http_server
 
 from collectors.metrics.parse import parse_text
-from collectors.metrics.scrape import Scraper
+from collectors.metrics.scrape import Scraper, failure_kind
 from collectors.metrics.targets import Target
 from gangscope.records import ScrapeBatch
 from tests.collectors_metrics.httpserve import Route
@@ -89,6 +89,18 @@ def test_bad_bodies_fail_the_scrape_with_their_reason(route: Route, reason: str)
         (b,) = _scrape([_target(f"{base}/m")], max_body_bytes=4096)
     assert not b.up and b.error.startswith(reason), b.error
     assert b.sample_value == [] and b.series_metric == []  # nothing recorded as data
+
+
+@pytest.mark.parametrize("chunk", [0, 64])
+def test_body_cut_short_fails_the_scrape(node_exporter: Process, chunk: int) -> None:
+    """A connection that ends before the announced length / the last chunk: nothing of it is recorded."""
+    with urllib.request.urlopen(node_exporter.url + "/metrics", timeout=10) as r:
+        body = r.read()
+    cut = body.index(b"\n", len(body) // 2) + 1  # a cut at a line end: what was sent parses cleanly
+    assert not parse_text(body[:cut].decode()).errors
+    with http_serve({"/m": Route(body, chunk=chunk, cut_at=cut)}) as (base, _):
+        (b,) = _scrape([_target(f"{base}/m")])
+    assert not b.up and b.sample_value == [] and failure_kind(b.error) == "body_cut", b.error
 
 
 def test_openmetrics_is_negotiated_and_parsed() -> None:
