@@ -10,7 +10,8 @@
 -- column: local_queue: LocalQueue (NULL without Kueue)
 -- column: pod_group: gang object and its system (NULL without a gang)
 -- column: gang_system: gang object and its system (NULL without a gang)
--- column: gang_size: PodGroup minMember / native minCount, else the Workload's pod count, else the pods seen
+-- column: gang_size: PodGroup minMember / native minCount (summed over a job's gang units when it has several:
+--   int_gang_units), else the Workload's pod count, else the pods seen
 -- column: schedule_timeout_s: coscheduling scheduleTimeoutSeconds (NULL elsewhere)
 -- column: pods: live (not deleted) pods, and those Running now
 -- column: pods_running: live (not deleted) pods, and those Running now
@@ -18,7 +19,8 @@
 -- column: nodes: distinct nodes of live pods
 -- column: created_at: earliest creation of the Workload, gang object or pods
 -- column: run_started_at: earliest creation of the live pods (start of the current run)
--- column: all_running_at: when the gang_size-th live pod first ran (NULL until the gang is complete)
+-- column: all_running_at: when the gang_size-th live pod first ran (NULL until the gang is complete); for a job of
+--   several gang units, when the last of its root gang units assembled
 -- column: first_seen: observation range
 -- column: last_seen: observation range
 -- column: required_topology: Kueue topology request (or native topology key)
@@ -34,12 +36,35 @@ WITH wl AS (
                                ORDER BY w.created_at DESC NULLS LAST) = 1
 ),
 pg AS (
-    SELECT g.*, coalesce(CASE WHEN g.system = 'native' THEN nw.controller_name END, g.name) AS job,
-           coalesce(CASE WHEN g.system = 'native' THEN nw.controller_kind END, 'PodGroup') AS job_kind
+    -- A gang object's job is its unit's (int_gang_units: member pods, native Workload controller, owner Job).
+    SELECT g.*, coalesce(u.job, CASE WHEN g.system = 'native' THEN nw.controller_name END, g.name) AS job,
+           coalesce(u.job_kind, CASE WHEN g.system = 'native' THEN nw.controller_kind END, 'PodGroup') AS job_kind
     FROM staging.stg_pod_groups g
     LEFT JOIN staging.stg_native_workloads nw
       ON g.system = 'native' AND nw.cluster = g.cluster AND nw.namespace = g.namespace AND nw.name = g.native_workload
+    LEFT JOIN intermediate.int_gang_units u
+      ON u.cluster = g.cluster AND u.namespace = g.namespace AND u.unit = g.name AND u.system = g.system
+     AND u.unit_kind = 'podgroup'
     QUALIFY row_number() OVER (PARTITION BY g.cluster, g.namespace, g.name ORDER BY nw.api_version DESC NULLS LAST) = 1
+),
+pg_job AS (
+    -- One gang object per job (a job may own several: composites, 1.35 replicas): the newest.
+    SELECT * FROM pg
+    QUALIFY row_number() OVER (PARTITION BY cluster, namespace, job ORDER BY created_at DESC NULLS LAST, name) = 1
+),
+units AS (
+    -- Jobs of several gangs (CompositePodGroup, 1.35 replicas, several PodGroups): members needed is the sum over
+    -- the gang-policy leaves, and the job is assembled when every root gang unit is.
+    SELECT cluster, namespace, job,
+           CAST(sum(needed) FILTER (WHERE unit_kind <> 'composite' AND policy = 'gang') AS INTEGER) AS gang_size,
+           CASE WHEN bool_and(assembled_at IS NOT NULL) FILTER (WHERE parent IS NULL AND policy = 'gang')
+                THEN max(assembled_at) FILTER (WHERE parent IS NULL AND policy = 'gang') END AS assembled_at,
+           CASE WHEN count(*) FILTER (WHERE parent IS NULL) = 1 THEN max(unit) FILTER (WHERE parent IS NULL) END
+               AS root_unit
+    FROM intermediate.int_gang_units
+    GROUP BY ALL
+    HAVING count(*) FILTER (WHERE unit_kind = 'composite') > 0
+        OR count(*) FILTER (WHERE policy = 'gang' AND unit_kind <> 'composite') > 1
 ),
 pods AS (
     SELECT cluster, namespace, job,
@@ -65,7 +90,7 @@ pods AS (
 keys AS (
     SELECT cluster, namespace, job FROM pods
     UNION SELECT cluster, namespace, job FROM wl
-    UNION SELECT cluster, namespace, job FROM pg
+    UNION SELECT cluster, namespace, job FROM pg_job
 ),
 j AS (
     SELECT k.cluster, k.namespace, k.job,
@@ -73,9 +98,10 @@ j AS (
            coalesce(w.workload, p.workload) AS workload,
            w.cluster_queue,
            coalesce(w.queue_name, p.local_queue) AS local_queue,
-           coalesce(p.pod_group, g.name) AS pod_group,
+           coalesce(u.root_unit, p.pod_group, g.name) AS pod_group,
            coalesce(p.gang_system, g.system) AS gang_system,
-           CAST(coalesce(g.min_member, w.pod_count, p.pods, 0) AS INTEGER) AS gang_size,
+           CAST(coalesce(u.gang_size, g.min_member, w.pod_count, p.pods, 0) AS INTEGER) AS gang_size,
+           u.job IS NOT NULL AS multi_gang, u.assembled_at AS units_assembled_at,
            g.schedule_timeout_s,
            coalesce(p.pods, 0) AS pods,
            coalesce(p.pods_running, 0) AS pods_running,
@@ -91,18 +117,22 @@ j AS (
            coalesce(w.preferred_topology, g.topology_key) AS preferred_topology
     FROM keys k
     LEFT JOIN wl w USING (cluster, namespace, job)
-    LEFT JOIN pg g USING (cluster, namespace, job)
+    LEFT JOIN pg_job g USING (cluster, namespace, job)
     LEFT JOIN pods p USING (cluster, namespace, job)
+    LEFT JOIN units u USING (cluster, namespace, job)
 )
 SELECT
     cluster, namespace, job, job_kind, workload, cluster_queue, local_queue, pod_group, gang_system,
     gang_size, schedule_timeout_s, pods, pods_running, gpus, nodes, created_at, run_started_at,
-    CASE WHEN gang_size > 0 AND len(coalesce(running_times, [])) >= gang_size THEN running_times[gang_size] END
+    CASE WHEN multi_gang THEN units_assembled_at
+         WHEN gang_size > 0 AND len(coalesce(running_times, [])) >= gang_size THEN running_times[gang_size] END
         AS all_running_at,
     first_seen, last_seen, required_topology, preferred_topology,
     CASE
         WHEN pods > 0 AND pods_done = pods THEN 'finished'
         WHEN pods = 0 AND workload IS NOT NULL THEN 'queued'
+        WHEN multi_gang AND units_assembled_at IS NOT NULL AND pods_running > 0 THEN 'running'
+        WHEN multi_gang THEN 'assembling'
         WHEN gang_size > 0 AND pods_running >= gang_size THEN 'running'
         WHEN pods_running > 0 AND gang_size = 0 THEN 'running'
         ELSE 'assembling'

@@ -110,6 +110,16 @@ adm_f AS (
     FROM intermediate.int_admission a JOIN j USING (cluster, namespace, job)
     WHERE a.blocked_by IS NOT NULL AND a.wait_s > getvariable('admission_wait_s')
 ),
+stuck_units AS (
+    -- Gang units of a job not assembled (a composite's children, each 1.35 replica): which gang is short.
+    SELECT cluster, namespace, job,
+           list({'unit': unit, 'kind': unit_kind, 'parent': parent, 'needed': needed, 'members': members,
+                 'members_bound': members_bound, 'group_reason': group_reason, 'group_message': group_message}
+                ORDER BY parent NULLS FIRST, unit) AS units
+    FROM intermediate.int_gang_units
+    WHERE assembled_at IS NULL AND policy = 'gang'
+    GROUP BY ALL
+),
 gang_f AS (
     SELECT g.cluster, g.namespace, g.job, 'gang_assembly' AS root_cause,
            CASE WHEN g.idle_gpus > 0 THEN 'critical' ELSE 'warning' END AS severity,
@@ -120,12 +130,16 @@ gang_f AS (
            to_json({'gang_size': g.gang_size, 'pods': g.pods, 'pods_running': g.pods_running,
                     'assembly_started_at': g.assembly_started_at, 'assembly_s': round(g.assembly_s),
                     'timeout_s': g.timeout_s, 'pod_group_phase': g.phase, 'pod_group_message': g.group_message,
-                    'failed_scheduling': g.failed_reasons, 'idle_gpus': g.idle_gpus}) AS evidence,
-           format('Gang not running after {} s (timeout {} s): {}/{} pods running{}{}', round(g.assembly_s)::BIGINT,
+                    'failed_scheduling': g.failed_reasons, 'idle_gpus': g.idle_gpus,
+                    'gangs_not_assembled': su.units}) AS evidence,
+           format('Gang not running after {} s (timeout {} s): {}/{} pods running{}{}{}', round(g.assembly_s)::BIGINT,
                   g.timeout_s::BIGINT, g.pods_running, g.gang_size,
                   CASE WHEN g.phase IS NOT NULL THEN ', PodGroup ' || g.phase ELSE '' END,
+                  CASE WHEN su.units IS NOT NULL
+                       THEN ', not assembled: ' || array_to_string([u.unit FOR u IN su.units], ', ') ELSE '' END,
                   CASE WHEN g.idle_gpus > 0 THEN ', ' || g.idle_gpus || ' GPUs held idle' ELSE '' END) AS summary
     FROM intermediate.int_gang g JOIN j USING (cluster, namespace, job)
+    LEFT JOIN stuck_units su USING (cluster, namespace, job)
     WHERE g.timed_out
 ),
 quiet_dips AS (

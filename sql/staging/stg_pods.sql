@@ -16,6 +16,9 @@
 -- column: pod_group: coscheduling label / Volcano annotation, or native schedulingGroup
 -- column: pod_group_system: coscheduling label / Volcano annotation, or native schedulingGroup
 -- column: native_workload: spec.workloadRef.name (scheduling.k8s.io v1alpha1, k8s 1.35)
+-- column: native_group: spec.workloadRef.podGroup and .podGroupReplicaKey (1.35): the gang is (Workload, podGroup,
+--   replica key), each replica its own gang
+-- column: native_replica_key: spec.workloadRef.podGroup and .podGroupReplicaKey (1.35)
 -- column: kueue_workload: annotation kueue.x-k8s.io/workload
 -- column: kueue_podset: Kueue pod labels
 -- column: local_queue: Kueue pod labels
@@ -90,6 +93,8 @@ SELECT
         WHEN (l.object->>'$.spec.schedulingGroup.podGroupName') IS NOT NULL THEN 'native'
     END AS pod_group_system,
     l.object->>'$.spec.workloadRef.name' AS native_workload,
+    l.object->>'$.spec.workloadRef.podGroup' AS native_group,
+    l.object->>'$.spec.workloadRef.podGroupReplicaKey' AS native_replica_key,
     l.object->>'$.metadata.annotations."kueue.x-k8s.io/workload"' AS kueue_workload,
     l.object->>'$.metadata.labels."kueue.x-k8s.io/podset"' AS kueue_podset,
     coalesce(l.object->>'$.metadata.labels."kueue.x-k8s.io/local-queue-name"',
