@@ -24,7 +24,7 @@ FROM staging.stg_events e
 JOIN wl w ON w.cluster = e.cluster AND w.namespace = e.object_namespace AND w.workload = e.object_name
 WHERE e.object_kind = 'Workload' AND e.reason IN ('Preempted', 'EvictedDueToPreempted')
 UNION ALL
-SELECT p.cluster, p.namespace, p.job, coalesce(p.last_seen_at, p.created_at), 'pod_condition', p.disruption_reason, NULL
+SELECT p.cluster, p.namespace, p.job, coalesce(p.disruption_at, p.last_seen_at, p.created_at), 'pod_condition', p.disruption_reason, NULL
 FROM intermediate.int_pod_jobs p
 WHERE p.disruption_reason ILIKE '%Preempt%'
 UNION ALL

@@ -2,7 +2,7 @@
 -- coscheduling / Volcano PodGroup, a native leaf PodGroup (1.36 / 1.37), a 1.35 v1alpha1 Workload pod group
 -- replica (Workload, podGroup, podGroupReplicaKey: "the policy is applied separately to each replica") or a
 -- 1.37 CompositePodGroup, a gang of gangs assembled when minGroupCount of its child groups are (two levels of
--- composites under a root). A leaf is assembled when its needed members ran (else, native, when the scheduler
+-- composites under a root). A leaf is assembled when its needed members are bound to nodes (else, native, when the scheduler
 -- marked it scheduled); a `basic` group (the 1.37 Job default) schedules pod by pod and needs one.
 -- column: cluster: identity
 -- column: namespace: identity
@@ -17,7 +17,7 @@
 -- column: needed: members needed to be assembled: minMember / minCount pods, minGroupCount child groups, 1 for basic
 -- column: members: live member pods (child groups for a composite)
 -- column: members_bound: members bound to a node (child groups assembled for a composite)
--- column: assembled_at: when the needed-th member first ran (child group assembled), else the native scheduled
+-- column: assembled_at: when the needed-th member was bound (child group assembled), else the native scheduled
 --   condition time; NULL while not assembled
 -- column: group_status: native PodGroupInitiallyScheduled / PodGroupScheduled status, reason, message
 -- column: group_reason: native PodGroupInitiallyScheduled / PodGroupScheduled status, reason, message
@@ -40,7 +40,7 @@ pod_units AS (
            arg_max(job, created_at) AS job, arg_max(job_kind, created_at) AS job_kind,
            count(*) FILTER (WHERE NOT deleted) AS members,
            count(*) FILTER (WHERE NOT deleted AND node IS NOT NULL) AS members_bound,
-           list_sort(list(first_running_at) FILTER (WHERE NOT deleted AND first_running_at IS NOT NULL)) AS times,
+           list_sort(list(bound_at) FILTER (WHERE NOT deleted AND bound_at IS NOT NULL)) AS times,
            min(created_at) AS created_at
     FROM pj
     WHERE pod_group IS NOT NULL

@@ -1,7 +1,10 @@
 -- Training throughput per job and time bucket, with the job's baseline (CONTRACT section 4): the median
 -- of earlier runs of the same job (samples before the current run's pods were created) when there are any,
 -- else the job's own median over its first steady window (baseline_start_s to baseline_end_s after all its
--- pods run). Samples attach to a job through their pod, else through a job_name label in the namespace.
+-- pods run, that time from the pods' own timestamps). A job first seen mid-run, whose steady window lies before
+-- its first sample, takes the same length of window from its first observed sample: a steady job stays at
+-- ratio 1 and a job slowing down after capture began is still below it. Samples attach to a job through their
+-- pod, else through a job_name label in the namespace.
 -- column: cluster: identity
 -- column: namespace: identity
 -- column: job: identity
@@ -28,19 +31,25 @@ j AS (
     GROUP BY ALL
 ),
 origin AS (
-    SELECT j.*,
-           coalesce(j.all_running_at,
-                    (SELECT min(b2.ts) FROM b b2 WHERE b2.cluster = j.cluster AND b2.namespace = j.namespace
-                       AND b2.job = j.job AND b2.ts >= j.run_start)) AS origin
+    SELECT j.*, f.first_run_ts, coalesce(j.all_running_at, f.first_run_ts) AS origin
     FROM j
+    LEFT JOIN (SELECT b.cluster, b.namespace, b.job, min(b.ts) AS first_run_ts
+               FROM b JOIN j USING (cluster, namespace, job) WHERE b.ts >= j.run_start GROUP BY ALL) f
+      USING (cluster, namespace, job)
+),
+win AS (
+    -- The steady window starts baseline_start_s after all pods run; for a job first seen mid-run (its window lies
+    -- before the first sample), it starts at its first sample instead, so its baseline is what was observed.
+    SELECT *, greatest(origin + to_seconds(getvariable('baseline_start_s')), first_run_ts) AS win_start FROM origin
 ),
 base AS (
     SELECT o.cluster, o.namespace, o.job, o.origin, o.run_start,
            median(b.value) FILTER (WHERE b.ts < o.run_start) AS earlier,
            count(*) FILTER (WHERE b.ts < o.run_start) AS earlier_n,
-           median(b.value) FILTER (WHERE b.ts >= o.origin + to_seconds(getvariable('baseline_start_s'))
-                                     AND b.ts < o.origin + to_seconds(getvariable('baseline_end_s'))) AS steady
-    FROM origin o JOIN b USING (cluster, namespace, job)
+           median(b.value) FILTER (WHERE b.ts >= o.win_start
+                                     AND b.ts < o.win_start + to_seconds(getvariable('baseline_end_s')
+                                                                         - getvariable('baseline_start_s'))) AS steady
+    FROM win o JOIN b USING (cluster, namespace, job)
     GROUP BY ALL
 )
 SELECT b.cluster, b.namespace, b.job, b.ts, b.value,

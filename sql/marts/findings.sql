@@ -124,16 +124,18 @@ gang_f AS (
     SELECT g.cluster, g.namespace, g.job, 'gang_assembly' AS root_cause,
            CASE WHEN g.idle_gpus > 0 THEN 'critical' ELSE 'warning' END AS severity,
            g.assembly_started_at + to_seconds(g.timeout_s) AS started_at,
-           g.all_running_at AS ended_at,
+           g.assembled_at AS ended_at,
            CASE WHEN g.failed_reasons IS NOT NULL OR g.phase IS NOT NULL THEN 0.9 ELSE 0.75 END AS confidence,
            j.nodes,
-           to_json({'gang_size': g.gang_size, 'pods': g.pods, 'pods_running': g.pods_running,
-                    'assembly_started_at': g.assembly_started_at, 'assembly_s': round(g.assembly_s),
+           to_json({'gang_size': g.gang_size, 'pods': g.pods, 'pods_bound': g.pods_bound,
+                    'pods_running': g.pods_running, 'assembly_started_at': g.assembly_started_at,
+                    'assembled_at': g.assembled_at, 'assembly_s': round(g.assembly_s), 'start_up_s': round(g.start_up_s),
                     'timeout_s': g.timeout_s, 'pod_group_phase': g.phase, 'pod_group_message': g.group_message,
-                    'failed_scheduling': g.failed_reasons, 'idle_gpus': g.idle_gpus,
-                    'gangs_not_assembled': su.units}) AS evidence,
-           format('Gang not running after {} s (timeout {} s): {}/{} pods running{}{}{}', round(g.assembly_s)::BIGINT,
-                  g.timeout_s::BIGINT, g.pods_running, g.gang_size,
+                    'failed_scheduling': g.failed_reasons, 'first_failed_at': g.first_failed_at,
+                    'idle_gpus': g.idle_gpus, 'gangs_not_assembled': su.units}) AS evidence,
+           format('Gang {} after {} s (timeout {} s): {}/{} pods bound, {} running{}{}{}',
+                  CASE WHEN g.assembled_at IS NULL THEN 'not assembled' ELSE 'assembled only' END,
+                  round(g.assembly_s)::BIGINT, g.timeout_s::BIGINT, g.pods_bound, g.gang_size, g.pods_running,
                   CASE WHEN g.phase IS NOT NULL THEN ', PodGroup ' || g.phase ELSE '' END,
                   CASE WHEN su.units IS NOT NULL
                        THEN ', not assembled: ' || array_to_string([u.unit FOR u IN su.units], ', ') ELSE '' END,
@@ -173,9 +175,15 @@ incidents AS (
 healthy AS (
     SELECT j.cluster, j.namespace, j.job, 'healthy' AS root_cause, 'info' AS severity,
            j.first_seen AS started_at, NULL::TIMESTAMPTZ AS ended_at, 0.9 AS confidence, j.nodes,
-           to_json({'state': j.state, 'gang_size': j.gang_size, 'pods_running': j.pods_running}) AS evidence,
-           format('No incident: {} with {}/{} pods running', j.state, j.pods_running, j.gang_size) AS summary
+           to_json({'state': j.state, 'gang_size': j.gang_size, 'pods_running': j.pods_running,
+                    'assembly_s': round(g.assembly_s), 'assembled_at': g.assembled_at,
+                    'assembled_before_capture': g.assembled_before_capture, 'start_up_s': round(g.start_up_s),
+                    'all_running_at': j.all_running_at}) AS evidence,
+           format('No incident: {} with {}/{} pods running{}', j.state, j.pods_running, j.gang_size,
+                  CASE WHEN g.start_up_s IS NOT NULL THEN format(' (bound to running in {} s)', round(g.start_up_s)::BIGINT)
+                       WHEN g.assembled_before_capture THEN ' (assembled before capture began)' ELSE '' END) AS summary
     FROM j
+    LEFT JOIN intermediate.int_gang g USING (cluster, namespace, job)
     WHERE NOT EXISTS (SELECT 1 FROM incidents i WHERE i.cluster = j.cluster AND i.namespace = j.namespace AND i.job = j.job)
 )
 SELECT f.cluster, f.namespace, f.job, j.job_kind, j.workload, j.pod_group, f.root_cause, f.severity,
