@@ -92,8 +92,7 @@ pre_f AS (
     GROUP BY ev.cluster, ev.namespace, ev.job
 ),
 adm_f AS (
-    SELECT a.cluster, a.namespace, a.job,
-           CASE a.blocked_by WHEN 'topology' THEN 'admission_topology' ELSE 'admission_quota' END AS root_cause,
+    SELECT a.cluster, a.namespace, a.job, a.cause_class AS root_cause,
            'warning' AS severity,
            a.created_at + to_seconds(getvariable('admission_wait_s')) AS started_at,
            a.admitted_at AS ended_at,
@@ -102,13 +101,18 @@ adm_f AS (
            to_json({'wait_s': round(a.wait_s), 'threshold_s': getvariable('admission_wait_s'), 'created_at': a.created_at,
                     'admitted_at': a.admitted_at, 'reason': a.reason, 'message': a.message, 'reason_at': a.reason_at,
                     'cluster_queue': a.cluster_queue, 'local_queue': a.local_queue,
-                    'missing_level': a.missing_level}) AS evidence,
-           format('Not admitted for {} min{}: {}', round(a.wait_s / 60)::INTEGER,
-                  CASE WHEN a.admitted_at IS NULL THEN ' and counting' ELSE '' END,
-                  coalesce(a.reason || ' - ' || a.message,
+                    'missing_level': a.missing_level, 'cause': a.cause, 'cause_kind': a.cause_kind,
+                    'unadmitted_observability_gate': a.gate,
+                    -- docs/models.md proposes a class for configuration causes; until then admission_quota.
+                    'proposed_class': CASE WHEN a.cause_kind = 'configuration' THEN 'admission_config'
+                                           ELSE a.cause_class END}) AS evidence,
+           format('Not admitted for {} min{} ({}{}): {}', round(a.wait_s / 60)::INTEGER,
+                  CASE WHEN a.admitted_at IS NULL THEN ' and counting' ELSE '' END, replace(a.cause, '_', ' '),
+                  CASE WHEN a.cause_kind = 'configuration' THEN ', configuration' ELSE '' END,
+                  coalesce(coalesce(a.reason || ' - ', '') || a.message,
                            'topology level ' || a.missing_level || ' is carried by no node')) AS summary
     FROM intermediate.int_admission a JOIN j USING (cluster, namespace, job)
-    WHERE a.blocked_by IS NOT NULL AND a.wait_s > getvariable('admission_wait_s')
+    WHERE a.cause_class IS NOT NULL AND a.wait_s > getvariable('admission_wait_s')
 ),
 stuck_units AS (
     -- Gang units of a job not assembled (a composite's children, each 1.35 replica): which gang is short.
