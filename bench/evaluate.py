@@ -61,14 +61,14 @@ def replay_kafka(settings: config.Settings, k8s: list[str], metrics: list[str]) 
         replay(settings, k8s, metrics, land=True)
 
 
-def run_scenario(name: str, seed: int, nodes: int, work: Path,
-                 via_kafka: bool = False) -> list[tuple[str, str, str, bool]]:
+def run_scenario(name: str, seed: int, nodes: int, work: Path, via_kafka: bool = False,
+                 variant: str = "1.36") -> list[tuple[str, str, str, bool]]:
     """(job, true class, predicted class, any critical finding) for every job of one generated scenario."""
     from collectors.simulate import generate
     from pipeline import lake, models
     from reports import diagnose
 
-    g = generate(name, work / f"{name}-{seed}-{nodes}", seed=seed, nodes=nodes)
+    g = generate(name, work / f"{name}-{seed}-{nodes}-{variant}", seed=seed, nodes=nodes, variant=variant)
     settings = config.load(overrides={"data": str(g.directory / "data")}, environ={})
     k8s, prom = [str(g.directory / "k8s.jsonl")], [str(g.directory / "metrics.prom")]
     (replay_kafka if via_kafka else land_files)(settings, k8s, prom)
@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", default="16,32", help="comma-separated cluster sizes (default 16,32)")
     ap.add_argument("--via-kafka", action="store_true", help="replay through an embedded Kafka broker")
     ap.add_argument("--keep", metavar="DIR", help="keep generated files and lakes in DIR")
+    ap.add_argument("--variant", default="1.36", help="simulator variant: 1.36 (default), 1.37, 1.37-gate-on")
     args = ap.parse_args(argv)
     from collectors.simulate.scenarios import SCENARIOS
 
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                 for n in sizes:
                     tag = f"{name}/seed={seed}/nodes={n}"
                     try:
-                        res = run_scenario(name, seed, n, work, args.via_kafka)
+                        res = run_scenario(name, seed, n, work, args.via_kafka, args.variant)
                     except ValueError as e:  # the simulator cannot lay this scenario out on n nodes
                         print(f"{tag}: skipped ({e})", flush=True)
                         continue

@@ -34,6 +34,9 @@ def register(groups, common) -> None:
     p.add_argument("--interval", type=float, default=15.0, help="scrape interval in seconds (default 15)")
     p.add_argument("--start", type=_start, default=None, metavar="RFC3339",
                    help="simulated start time (default 2026-11-01T00:00:00Z)")
+    p.add_argument("--variant", default="1.36", choices=("1.36", "1.37", "1.37-gate-on"),
+                   help="cluster version the objects show: 1.36 (default), 1.37 (native v1beta1 + v1alpha3, "
+                        "Job-owned objects, CompositePodGroup, Kueue gate off and HA), 1.37-gate-on")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.set_defaults(handler=run)
 
@@ -58,7 +61,7 @@ def run(settings, args) -> int:
         t0 = time.perf_counter()
         try:
             g = generate(n, out, seed=args.seed, nodes=args.nodes, hours=args.hours,
-                         start=args.start or DEFAULT_START, interval=args.interval)
+                         start=args.start or DEFAULT_START, interval=args.interval, variant=args.variant)
         except ValueError as e:
             raise UserError(f"scenario {n}: {e}") from e
         print(f"{n}: {g.jobs} jobs, {g.k8s_events} watch events, {g.samples} samples in "

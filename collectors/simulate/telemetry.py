@@ -309,6 +309,11 @@ class Writer:
                 rows.append(("kueue_admission_wait_time_seconds_bucket", "histogram", f'{lab},le="{les}"', True))
             rows.append(("kueue_admission_wait_time_seconds_sum", "histogram", lab, False))
             rows.append(("kueue_admission_wait_time_seconds_count", "histogram", lab, True))
+        if self.scn.variant.startswith("1.37"):
+            # Kueue in HA: the follower exports its (stale) gauges too, replica_role="follower".
+            fol = 'job="kueue",instance="kueue-controller-manager-1.kueue-system.pod:8443"'
+            rows += [(n, ty, lab.replace('replica_role="leader"', 'replica_role="follower"').replace(inst, fol), i)
+                     for n, ty, lab, i in rows if n == "kueue_pending_workloads"]
         self.kueue_rows = rows
         fams = []
         for name, ty, _, _ in rows:
@@ -355,6 +360,7 @@ class Writer:
                 waits = [w for j in kueue_jobs if j.cq == cq for w in _admission_waits(j, t)]
                 vals += [sum(1 for w in waits if w <= le) for le in WAIT_BUCKETS] + [len(waits)]
                 vals += [round(sum(waits), 3), len(waits)]
+            vals += vals[:len(self.kueue_rows) - len(vals)]  # the HA follower's pending gauges (same values)
             for i, x in enumerate(vals):
                 f, s = self.kueue_slot[i]
                 v[ri, 0, f, s] = x

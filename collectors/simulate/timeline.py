@@ -35,6 +35,10 @@ class Timeline:
 
     def emit(self, t: float, etype: str, obj: dict[str, Any]) -> None:
         self.items.append((t, len(self.items), etype, copy.deepcopy(obj)))
+        if obj.get("apiVersion") == "scheduling.k8s.io/v1beta1":
+            # 1.37 serves one stored Workload / PodGroup as v1beta1 and v1alpha3: a capture may hold both views.
+            self.items.append((t, len(self.items), etype, {**copy.deepcopy(obj),
+                                                           "apiVersion": "scheduling.k8s.io/v1alpha3"}))
 
     def uid(self) -> str:
         return det_uuid(self.rng)
@@ -106,12 +110,16 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
     elif j.gang == "native":
         nwl = o.native_workload(j, tl.ts(c + 1))
         tl.emit(c + 1, "ADDED", nwl)
+        if j.composite:
+            tl.emit(c + 1, "ADDED", o.native_composite(j, tl.ts(c + 1)))
         pg = o.native_podgroup(j, tl.ts(c + 1))
     if pg is not None:
         tl.emit(c + 1, "ADDED", pg)
 
     if j.pending is not None and wl is not None:
         reason, msg = j.pending
+        if j.kueue_gate == "off":  # v0.19 default: the scheduler writes Pending, the controller Inadmissible
+            reason = "Inadmissible" if reason in ("Misconfigured", "Suspended") else "Pending"
         wl["status"]["resourceRequests"] = o.resource_requests(j)
         o.set_condition(wl, o.condition("QuotaReserved", "False", reason, msg, tl.ts(c + 3)))
         tl.emit(c + 3, "MODIFIED", wl)
@@ -274,7 +282,8 @@ def _gang_running(tl: Timeline, j: SimJob, pg: dict | None, t: float) -> None:
         tl.event(t, pg, "Normal", "Scheduled", "pod group is ready", "volcano")
     elif j.gang == "native":
         placed = j.placed or t
-        pg["status"] = {"conditions": [o.condition("PodGroupScheduled", "True", "Scheduled", "", tl.ts(placed))]}
+        ctype = "PodGroupInitiallyScheduled" if j.k8s == "1.37" else "PodGroupScheduled"
+        pg["status"] = {"conditions": [o.condition(ctype, "True", "Scheduled", "", tl.ts(placed))]}
         tl.emit(placed + 0.5, "MODIFIED", pg)
 
 
