@@ -65,6 +65,8 @@ class SimJob:
     tps_per_gpu: float = 3100.0
     slowdowns: list[tuple[float, float, float]] = field(default_factory=list)  # (from, until, factor)
     stall: float | None = None  # throughput collapses (hang after a fault) at
+    pull_s: float = 24.0  # from binding to containers running (image pull, start-up)
+    pg_name: str | None = None  # gang object name when it differs from the job's (first-contact variants)
     # filled by assign_ids
     uid: str = ""
     wl_uid: str = ""
@@ -96,7 +98,7 @@ class SimJob:
         """When every pod runs (the gang is up); None if it never is."""
         if self.placed is None or not self.all_placed:
             return None
-        return self.placed + 24.0
+        return self.placed + self.pull_s
 
     @property
     def rerun(self) -> float | None:
@@ -111,7 +113,7 @@ class SimJob:
     @property
     def pod_group(self) -> str | None:
         if self.gang in ("coscheduling", "volcano"):
-            return self.name
+            return self.pg_name or self.name
         return f"{self.name}-worker-0" if self.gang == "native" else None
 
     def active_intervals(self) -> list[tuple[float, float]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+
 import pytest
 
 from pipeline import lake, models
@@ -29,8 +30,8 @@ def _podgroup(name: str, min_member: int, timeout: int, created: float, phase: s
               owner: tuple[str, str] | None = None) -> dict:
     md: dict = {"name": name, "namespace": NS, "creationTimestamp": iso(created)}
     if owner:
-        md["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": owner[0], "name": owner[1], "uid": f"uid-{owner[1]}",
-                                  "controller": True, "blockOwnerDeletion": True}]
+        md["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": owner[0], "name": owner[1],
+                                  "uid": f"uid-{owner[1]}", "controller": True, "blockOwnerDeletion": True}]
     return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": md,
             "spec": {"minMember": min_member, "scheduleTimeoutSeconds": timeout}, "status": {"phase": phase}}
 
@@ -106,7 +107,8 @@ def _native_137(raw: Raw, seen: float) -> None:
     owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "uid-bert", "controller": True,
               "blockOwnerDeletion": True}]
     raw.event(seen, {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "Workload",
-                     "metadata": {"name": wl, "namespace": NS, "creationTimestamp": iso(10.01), "ownerReferences": owner},
+                     "metadata": {"name": wl, "namespace": NS, "creationTimestamp": iso(10.01),
+                                  "ownerReferences": owner},
                      "spec": {"controllerRef": {"apiGroup": "batch", "kind": "Job", "name": job},
                               "podGroupTemplates": [{"name": "bert-pretrain-pgt-0",
                                                      "schedulingPolicy": {"gang": {"minCount": 2}}}]}})
