@@ -221,9 +221,12 @@ def _series(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: dict[s
     if created and (admitted or adm):
         bands.append(charts.Band("waiting for admission", created, admitted or t1, "admission"))
     g_start = _as_dt(gang.get("assembly_started_at"))
-    g_end = _as_dt(gang.get("all_running_at") or job.get("all_running_at"))
-    if g_start:
+    g_end = _as_dt(gang.get("assembled_at"))
+    running = _as_dt(gang.get("all_running_at") or job.get("all_running_at"))
+    if g_start and not gang.get("assembled_before_capture"):
         bands.append(charts.Band("gang assembling" if g_end else "gang incomplete", g_start, g_end or t1, "gang"))
+    if g_end and running and gang.get("start_up_s") is not None:  # image pull and container start-up
+        bands.append(charts.Band("starting up", g_end, running, "gang"))
     return panels, [b for b in bands if b.end > b.start]
 
 

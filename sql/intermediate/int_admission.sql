@@ -10,7 +10,10 @@
 -- column: created_at: timeline (first QuotaReserved=True / Admitted=True)
 -- column: quota_reserved_at: timeline (first QuotaReserved=True / Admitted=True)
 -- column: admitted_at: timeline (first QuotaReserved=True / Admitted=True)
--- column: wait_s: seconds from creation to admission (to the data's as_of while still waiting)
+-- column: queued_at: start of the wait judged: creation, or when a workload that had quota (seen reserved, or
+--   carrying Evicted=True) lost it: its QuotaReserved=False lastTransitionTime
+-- column: wait_s: seconds from creation to the first admission (to the data's as_of while still waiting); for a
+--   requeued workload waiting now, from queued_at to as_of
 -- column: blocked_by: quota, topology or NULL (another or no reason)
 -- column: reason: the last not-admitted reason that decided blocked_by, and when it was seen
 -- column: message: the last not-admitted reason that decided blocked_by, and when it was seen
@@ -27,7 +30,10 @@ cond AS (
 times AS (
     SELECT cluster, namespace, workload,
            min(transition_at) FILTER (WHERE type = 'QuotaReserved' AND status = 'True') AS quota_reserved_at,
-           min(transition_at) FILTER (WHERE type = 'Admitted' AND status = 'True') AS admitted_at
+           min(transition_at) FILTER (WHERE type = 'Admitted' AND status = 'True') AS admitted_at,
+           max(transition_at) FILTER (WHERE type = 'QuotaReserved' AND status = 'True') AS last_reserved_at,
+           max(transition_at) FILTER (WHERE type = 'QuotaReserved' AND status = 'False') AS last_unreserved_at,
+           bool_or(type IN ('QuotaReserved', 'Evicted') AND status = 'True') AS had_quota
     FROM cond GROUP BY ALL
 ),
 signals AS (
@@ -68,7 +74,13 @@ levels AS (
 SELECT
     j.cluster, j.namespace, j.job, j.workload, j.cluster_queue, j.local_queue,
     j.created_at, t.quota_reserved_at, t.admitted_at,
-    epoch(coalesce(t.admitted_at, j.as_of) - j.created_at) AS wait_s,
+    -- Waiting now (quota released after it was reserved, e.g. evicted and requeued): since it lost its quota,
+    -- from its own QuotaReserved=False lastTransitionTime, however long before the capture that was.
+    CASE WHEN t.had_quota AND t.last_unreserved_at > coalesce(t.last_reserved_at, '-infinity'::TIMESTAMPTZ)
+         THEN t.last_unreserved_at ELSE j.created_at END AS queued_at,
+    epoch(CASE WHEN t.had_quota AND t.last_unreserved_at > coalesce(t.last_reserved_at, '-infinity'::TIMESTAMPTZ)
+               THEN j.as_of - t.last_unreserved_at
+               ELSE coalesce(t.admitted_at, j.as_of) - j.created_at END) AS wait_s,
     CASE WHEN d.blocked_by IS NOT NULL THEN d.blocked_by
          WHEN ml.level IS NULL AND coalesce(j.required_topology, j.preferred_topology) IS NOT NULL
           AND j.cluster IN (SELECT cluster FROM levels) THEN 'topology'

@@ -138,6 +138,14 @@ def _build(raw: Raw) -> None:
                  [cond("QuotaReserved", "False", "WaitingForQuota", QUOTA_MSG, 0.05)])
     w["metadata"]["creationTimestamp"] = iso(0.0)
     raw.event(CAPTURE, w)
+    # Issue 20: admitted long ago, evicted at minute 30 (waitForPodsReady) and waiting for quota since.
+    r = workload(NS, "job-requeued-abcde", "Job", "requeued", 2,
+                 [cond("QuotaReserved", "False", "Pending", QUOTA_MSG, 30.0),
+                  cond("Admitted", "False", "NoReservation", "The workload has no reservation", 30.0),
+                  cond("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout ml/job-requeued-abcde",
+                       30.0)])
+    r["metadata"]["creationTimestamp"] = iso(1.0)
+    raw.event(CAPTURE, r)
     # Issue 20: a queued Kueue job whose PodGroup exists before its pods: attached through the Workload's pod
     # template and the PodGroup's owner, not a job of its own; a PodGroup nothing links stays one.
     q = workload(NS, "job-queued-pg-job-abcde", "Job", "queued-pg-job", 2,
@@ -181,8 +189,8 @@ def _primary(con) -> dict[str, str]:
 
 def test_job_list_has_no_phantom_from_podgroup_names(built) -> None:
     _, con = built
-    assert set(_primary(con)) == {"long-runner", "slows-later", "waiting", "queued-pg-job", "lonely-pg", "cold-pull",
-                                  "cold-pull-listed", "stuck-gang", "stuck-listed", "bert-pretrain"}
+    assert set(_primary(con)) == {"long-runner", "slows-later", "waiting", "requeued", "queued-pg-job", "lonely-pg",
+                                  "cold-pull", "cold-pull-listed", "stuck-gang", "stuck-listed", "bert-pretrain"}
     groups = dict(con.execute("SELECT job, pod_group FROM marts.jobs WHERE namespace = ?", [NS]).fetchall())
     assert groups["long-runner"] == "long-runner-pg"
     assert groups["queued-pg-job"] == "queued-pg-job-pg"
@@ -195,6 +203,7 @@ def test_job_list_has_no_phantom_from_podgroup_names(built) -> None:
     ("long-runner", "healthy"),
     ("slows-later", "unexplained_slowdown"),
     ("waiting", "admission_quota"),
+    ("requeued", "admission_quota"),
     ("cold-pull", "healthy"),
     ("cold-pull-listed", "healthy"),
     ("stuck-gang", "gang_assembly"),
@@ -249,6 +258,9 @@ def test_pending_since_before_capture_is_judged_on_its_real_wait(built) -> None:
     assert f["started_at"] == iso(10)  # created at 0 + the 10 min threshold, not capture + 10 min
     assert f["evidence"]["wait_s"] == END * 60
     assert f["evidence"]["reason"] == "WaitingForQuota"
+    f = _rows(con)[("requeued", "admission_quota")]  # waiting since it lost its quota at minute 30
+    assert f["started_at"] == iso(40) and f["ended_at"] is None
+    assert f["evidence"]["queued_at"] == iso(30) and f["evidence"]["wait_s"] == (END - 30) * 60
 
 
 def test_baseline_for_a_job_first_seen_mid_run(built) -> None:
