@@ -2,7 +2,7 @@
 cluster sizes, and every first-contact / slow-pull variant (``collectors/simulate/variants.py``) over the first
 seed and size (``--variant-seeds``, ``--variant-nodes``); prints a confusion matrix, per-class
 precision/recall and macro-F1, and ends with
-``evaluate: scenarios=<n> macro_f1=<f> healthy_flagged=<k> phantom_jobs=<p>``: ``healthy_flagged`` counts
+``evaluate: macro_f1=<f> healthy_flagged=<k> phantom_jobs=<p>``: ``healthy_flagged`` counts
 jobs that are healthy in truth but have any finding, ``phantom_jobs`` jobs gangscope reports that are not in
 the truth (e.g. a PodGroup taken for a job of its own).
 
@@ -188,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                     extra = "".join(f" flagged={j}" for j in flagged) + "".join(f" phantom={j}" for j in ghosts)
                     print(f"{tag}: jobs={len(res)} wrong={bad}{extra} ({time.perf_counter() - t0:.0f}s)", flush=True)
     macro_f1, _ = report(results)
-    print(f"evaluate: scenarios={runs} macro_f1={macro_f1:.3f} healthy_flagged={healthy_flagged} "
-          f"phantom_jobs={phantom_jobs}")
+    print(f"runs: {runs}")
+    print(f"evaluate: macro_f1={macro_f1:.3f} healthy_flagged={healthy_flagged} phantom_jobs={phantom_jobs}")
     return 0
 
 
