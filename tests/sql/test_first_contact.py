@@ -314,6 +314,11 @@ def _restart_lake(raw: Raw, upto: float) -> None:
         for i in range(2):
             p = pod(NS, f"fine-{i}", "Job", "fine", f"n{i + 1}", "Running")
             raw.event(seen, pod_status(p, 0.0, bound=0.05, started=0.5))
+        # Created just before the stop; bound and running while gangscope was away (seen again only in the relist).
+        for i in range(2):
+            p = pod(NS, f"late-{i}", "Job", "late", None if seen < CAPTURE else f"n{i + 3}", "Pending")
+            raw.event(29.5 if seen < CAPTURE else seen,
+                      pod_status(p, 29.5) if seen < CAPTURE else pod_status(p, 29.5, bound=31.0, started=33.0))
     end = min(upto, 30.0)
     t = 0.0
     while t <= upto:
@@ -323,8 +328,8 @@ def _restart_lake(raw: Raw, upto: float) -> None:
 
 
 def test_restart_is_not_an_incident(tmp_path) -> None:
-    """`gangscope run` stopped 30 minutes and started again: the healthy job gets no finding, the open one stays
-    open with the same start, and nothing is counted twice."""
+    """`gangscope run` stopped 30 minutes and started again: the healthy jobs (one of them started while gangscope
+    was away) get no finding, the open one stays open with the same start, and nothing is counted twice."""
     from gangscope import config
 
     settings = config.load(overrides={"data": str(tmp_path / "data")}, environ={})
@@ -347,5 +352,8 @@ def test_restart_is_not_an_incident(tmp_path) -> None:
     later.write(con)
     models.build(settings, con)
     after = findings()
+    late = con.execute("SELECT assembled_at, timed_out, start_up_s FROM intermediate.int_gang WHERE job = 'late'"
+                       ).fetchone()
     con.close()
     assert after == before
+    assert late == (ts(31.0), False, 120.0)  # timed from the pods' own times, not from the relist
