@@ -50,19 +50,27 @@ def _throughput(raw: Raw, pod_name: str, value_at) -> None:
         t += 0.25
 
 
-def _kueue_running(raw: Raw, job: str, nodes: list[str], created: float, seen: float, pg: str | None = None) -> str:
-    """A Kueue job admitted and running since `created`, first seen at `seen` (the initial list)."""
+def _kueue_running(raw: Raw, job: str, nodes: list[str], created: float, seen: float, pg: str | None = None,
+                   volcano: bool = False) -> str:
+    """A Kueue job admitted and running since `created`, first seen at `seen` (the initial list), its gang object
+    (coscheduling, or Volcano) named `pg` and linked from its pods by label (annotation for Volcano) only."""
     wl = f"job-{job}-abcde"
     w = workload(NS, wl, "Job", job, len(nodes), _admitted(created + 0.05), cluster_queue="cq")
     w["metadata"]["creationTimestamp"] = iso(created)
-    if pg:
-        w["spec"]["podSets"][0]["template"] = {"metadata": {"labels": {COSCHED: pg}}, "spec": {}}
     raw.event(seen, w)
-    if pg:
+    if pg and volcano:
+        raw.event(seen, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                         "metadata": {"name": pg, "namespace": NS, "creationTimestamp": iso(created + 0.06)},
+                         "spec": {"minMember": len(nodes), "queue": "default"},
+                         "status": {"phase": "Running", "running": len(nodes)}})
+    elif pg:
         raw.event(seen, _podgroup(pg, len(nodes), 300, created + 0.06, "Running", owner=("Job", job)))
     for i, n in enumerate(nodes):
-        p = pod(NS, f"{job}-{i}-x7k2p", "Job", job, n, "Running", annotations={"kueue.x-k8s.io/workload": wl},
-                labels={COSCHED: pg} if pg else None)
+        ann = {"kueue.x-k8s.io/workload": wl}
+        if pg and volcano:
+            ann["scheduling.k8s.io/group-name"] = pg
+        p = pod(NS, f"{job}-{i}-x7k2p", "Job", job, n, "Running", annotations=ann,
+                labels={COSCHED: pg} if pg and not volcano else None)
         raw.event(seen, pod_status(p, created + 0.1, bound=created + 0.2 + i / 60, started=created + 1.0 + i / 60))
     return f"{job}-0-x7k2p"
 
@@ -130,6 +138,7 @@ def _build(raw: Raw) -> None:
     # Issue 20: a Kueue gang running for an hour, its PodGroup named <job>-pg; steady throughput.
     steady = _kueue_running(raw, "long-runner", ["n1", "n2"], 0.0, CAPTURE, pg="long-runner-pg")
     _throughput(raw, steady, lambda t: 1000.0)
+    _kueue_running(raw, "volcano-runner", ["n7", "n8"], 20.0, CAPTURE, pg="volcano-runner-pg", volcano=True)
     # Issue 20: running since before capture and slowing down 20 minutes after it.
     slows = _kueue_running(raw, "slows-later", ["n3"], 5.0, CAPTURE)
     _throughput(raw, slows, lambda t: 1000.0 if t < 80 else 500.0)
@@ -189,10 +198,12 @@ def _primary(con) -> dict[str, str]:
 
 def test_job_list_has_no_phantom_from_podgroup_names(built) -> None:
     _, con = built
-    assert set(_primary(con)) == {"long-runner", "slows-later", "waiting", "requeued", "queued-pg-job", "lonely-pg",
-                                  "cold-pull", "cold-pull-listed", "stuck-gang", "stuck-listed", "bert-pretrain"}
+    assert set(_primary(con)) == {"long-runner", "volcano-runner", "slows-later", "waiting", "requeued",
+                                  "queued-pg-job", "lonely-pg", "cold-pull", "cold-pull-listed", "stuck-gang",
+                                  "stuck-listed", "bert-pretrain"}
     groups = dict(con.execute("SELECT job, pod_group FROM marts.jobs WHERE namespace = ?", [NS]).fetchall())
     assert groups["long-runner"] == "long-runner-pg"
+    assert groups["volcano-runner"] == "volcano-runner-pg"
     assert groups["queued-pg-job"] == "queued-pg-job-pg"
     assert groups["bert-pretrain"] == "bert-pretrain-7c56f99548-bert-pretrain-pgt-0-548d6479cc"
     kinds = dict(con.execute("SELECT job, job_kind FROM marts.jobs WHERE namespace = ?", [NS]).fetchall())
@@ -201,6 +212,7 @@ def test_job_list_has_no_phantom_from_podgroup_names(built) -> None:
 
 @pytest.mark.parametrize("job,expected", [
     ("long-runner", "healthy"),
+    ("volcano-runner", "healthy"),
     ("slows-later", "unexplained_slowdown"),
     ("waiting", "admission_quota"),
     ("requeued", "admission_quota"),
