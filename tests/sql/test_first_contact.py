@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline import lake, models
+from pipeline import models
 from reports import diagnose
-from tests.sql.lakefix import Raw, cond, failed_scheduling, iso, node, pod, pod_status, ts, workload
+from tests.sql.lakefix import Raw, build_lake, cond, failed_scheduling, iso, node, pod, pod_status, ts, workload
 
 NS = "ml"
 CAPTURE = 60.0  # minute gangscope first sees the cluster
@@ -176,14 +176,7 @@ def _build(raw: Raw) -> None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
-    from gangscope import config
-
-    settings = config.load(overrides={"data": str(tmp_path_factory.mktemp("fc") / "data")}, environ={})
-    con = lake.connect(settings)
-    raw = Raw()
-    _build(raw)
-    raw.write(con)
-    models.build(settings, con)
+    settings, con, _ = build_lake(tmp_path_factory.mktemp("fc") / "data", _build)
     yield settings, con
     con.close()
 
@@ -295,19 +288,15 @@ def test_native_gang_assembled_before_capture_is_healthy(built) -> None:
 def test_bound_when_first_seen_without_own_times_is_not_a_fault(tmp_path) -> None:
     """Pods with no timestamps of their own, already bound and running in the initial list: assembled before
     capture began (said so in the evidence), never timed out for it."""
-    from gangscope import config
+    def fill(raw: Raw) -> None:
+        raw.event(CAPTURE, _podgroup("bare", 2, 60, 0.0, "Running"))
+        for i in range(2):
+            p = pod(NS, f"bare-{i}", "Job", "bare", f"n{i + 1}", "Running", labels={COSCHED: "bare"})
+            p["metadata"]["creationTimestamp"] = iso(0.0)
+            raw.event(CAPTURE, p)
+        raw.event(END, node("n1", "rack-a"))
 
-    settings = config.load(overrides={"data": str(tmp_path / "data")}, environ={})
-    con = lake.connect(settings)
-    raw = Raw()
-    raw.event(CAPTURE, _podgroup("bare", 2, 60, 0.0, "Running"))
-    for i in range(2):
-        p = pod(NS, f"bare-{i}", "Job", "bare", f"n{i + 1}", "Running", labels={COSCHED: "bare"})
-        p["metadata"]["creationTimestamp"] = iso(0.0)
-        raw.event(CAPTURE, p)
-    raw.event(END, node("n1", "rack-a"))
-    raw.write(con)
-    models.build(settings, con)
+    _, con, _ = build_lake(tmp_path / "data", fill)
     rows = {(r["job"], r["root_cause"]): r for r in diagnose.findings(con, include_healthy=True)}
     con.close()
     assert set(rows) == {("bare", "healthy")}
@@ -342,19 +331,11 @@ def _restart_lake(raw: Raw, upto: float) -> None:
 def test_restart_is_not_an_incident(tmp_path) -> None:
     """`gangscope run` stopped 30 minutes and started again: the healthy jobs (one of them started while gangscope
     was away) get no finding, the open one stays open with the same start, and nothing is counted twice."""
-    from gangscope import config
-
-    settings = config.load(overrides={"data": str(tmp_path / "data")}, environ={})
-    con = lake.connect(settings)
-
     def findings() -> list[tuple[str, str, str, str | None]]:
         return sorted((r["job"], r["root_cause"], r["started_at"], r["ended_at"])
                       for r in diagnose.findings(con, include_healthy=False))
 
-    raw = Raw()
-    _restart_lake(raw, 30.0)
-    raw.write(con)
-    models.build(settings, con)
+    settings, con, _ = build_lake(tmp_path / "data", lambda raw: _restart_lake(raw, 30.0))
     before = findings()
     assert before == [("starved", "admission_quota", iso(10), None)]
     later = Raw()
