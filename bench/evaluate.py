@@ -57,8 +57,8 @@ def land_files(settings: config.Settings, k8s: list[str], metrics: list[str], ba
 
 
 def replay_kafka(settings: config.Settings, k8s: list[str], metrics: list[str]) -> None:
-    from collectors.replay import replay
-    from pipeline.broker import bootstrap_servers
+    from gangscope.app.replay import replay
+    from gangscope.transport.broker import bootstrap_servers
 
     with bootstrap_servers(settings) as bootstrap:
         settings.kafka.bootstrap_servers = bootstrap

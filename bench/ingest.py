@@ -37,10 +37,10 @@ from kafka import ConsumerRebalanceListener  # noqa: E402
 
 from gangscope import config  # noqa: E402
 from gangscope.records import ScrapeBatch  # noqa: E402
+from gangscope.transport import kafka as pkafka  # noqa: E402
+from gangscope.transport.broker import EmbeddedBroker  # noqa: E402
+from gangscope.transport.publish import Publisher  # noqa: E402
 from pipeline import consume  # noqa: E402
-from pipeline import kafka as pkafka  # noqa: E402
-from pipeline.broker import EmbeddedBroker  # noqa: E402
-from pipeline.publish import Publisher  # noqa: E402
 
 REFERENCE = ROOT.parent / "shared" / "reference" / "telemetry"
 SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\}\s+(\S+)')

@@ -130,8 +130,8 @@ def main() -> int:
     base_s = time.monotonic() - t
     print(f"baseline: paginated list+decode alone: objects={n} seconds={base_s:.2f} objects_per_s={n / base_s:,.0f}")
 
-    from pipeline.broker import bootstrap_servers
-    from pipeline.publish import Publisher
+    from gangscope.transport.broker import bootstrap_servers
+    from gangscope.transport.publish import Publisher
 
     total = args.pods + args.events
     settings = config.load(overrides={"kafka": {"bootstrap_servers": args.bootstrap_servers,

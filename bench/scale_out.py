@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 from gangscope import config  # noqa: E402
 from gangscope.records import ScrapeBatch  # noqa: E402
-from pipeline import kafka as pkafka  # noqa: E402
+from gangscope.transport import kafka as pkafka  # noqa: E402
+from gangscope.transport.broker import EmbeddedBroker  # noqa: E402
+from gangscope.transport.publish import Publisher  # noqa: E402
 from pipeline import lake  # noqa: E402
-from pipeline.broker import EmbeddedBroker  # noqa: E402
-from pipeline.publish import Publisher  # noqa: E402
 
 SAMPLES = 200
 
@@ -112,7 +112,7 @@ def case(broker: EmbeddedBroker, prefix: str, catalog: str, writers: int, args: 
     if cat:
         env["GANGSCOPE_CATALOG"] = cat
     logs = [data / f"writer-{i}.log" for i in range(writers)]
-    procs = [subprocess.Popen([sys.executable, "-c", "import sys; from gangscope.cli import main; sys.exit(main())",
+    procs = [subprocess.Popen([sys.executable, "-c", "import sys; from gangscope.app.cli import main; sys.exit(main())",
                                "pipeline"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
              for log in logs]
     try:

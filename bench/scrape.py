@@ -78,8 +78,8 @@ def main() -> int:
     from collectors.metrics.scrape import Scraper, worker_pool
     from collectors.metrics.targets import Target
     from gangscope import config
-    from pipeline.broker import EmbeddedBroker
-    from pipeline.publish import Publisher
+    from gangscope.transport.broker import EmbeddedBroker
+    from gangscope.transport.publish import Publisher
     from tests.collectors_metrics.synthetic import h100_scrape
 
     ctx = mp.get_context("spawn")

@@ -1,4 +1,4 @@
-"""``gangscope replay``: publish captured inputs in timestamp order, then wait until they have landed.
+"""Replay's source side: captured inputs published in timestamp order (landing is ``gangscope.app.replay``).
 
 Watch files are checked in a first pass (nothing is published when one has a malformed
 line); then all inputs are streamed, never loaded whole: each file is an iterator and a heap merge picks
@@ -66,30 +66,15 @@ def merged(settings: Settings, k8s_files: list[str], metrics_files: list[str], j
     return heapq.merge(*_inputs(settings, k8s_files, metrics_files, job, instance), key=_time_ms)
 
 
-def _stderr_progress(stats: ReplayStats, final: bool) -> None:
+def stderr_progress(stats: ReplayStats, final: bool) -> None:
     rate = stats.records / stats.seconds if stats.seconds > 0 else 0.0
     end = "\n" if final or not sys.stderr.isatty() else "\r"
     print(f"replay: {stats.records} records ({stats.k8s_events} k8s events, {stats.metric_batches} metric batches, "
           f"{stats.metric_samples} samples) {rate:,.0f} records/s", end=end, file=sys.stderr, flush=True)
 
 
-def replay(
-    settings: Settings,
-    k8s_files: list[str],
-    metrics_files: list[str],
-    *,
-    land: bool = True,
-    job: str | None = None,
-    instance: str | None = None,
-    bootstrap: str | None = None,
-    progress: Callable[[ReplayStats, bool], None] | None = _stderr_progress,
-    progress_interval_s: float = 2.0,
-) -> ReplayStats:
-    """Publish every record of the files, then (``land``) run the pipeline until all of them have landed.
-
-    ``bootstrap`` overrides the settings' brokers; without either, an embedded broker lives
-    for the call (so landing is the only way to keep the data).
-    """
+def check_readable(k8s_files: list[str], metrics_files: list[str]) -> None:
+    """Fail before anything is published when an input is missing or unreadable."""
     if not k8s_files and not metrics_files:
         raise UserError("nothing to replay: give --k8s FILE and/or --metrics FILE")
     for f in [*k8s_files, *metrics_files]:
@@ -97,26 +82,15 @@ def replay(
             open(f, "rb").close()
         except OSError as e:
             raise UserError(f"cannot read {f}: {e.strerror}") from None
-    if bootstrap:
-        return _replay(settings, bootstrap, k8s_files, metrics_files, land, job, instance, progress,
-                       progress_interval_s)
-    from pipeline.broker import bootstrap_servers
-
-    with bootstrap_servers(settings) as bs:
-        return _replay(settings, bs, k8s_files, metrics_files, land, job, instance, progress, progress_interval_s)
 
 
-def _replay(settings: Settings, bootstrap: str, k8s_files: list[str], metrics_files: list[str], land: bool,
-            job: str | None, instance: str | None, progress: Callable[[ReplayStats, bool], None] | None,
-            interval_s: float) -> ReplayStats:
-    from pipeline.publish import Publisher
+def publish(settings: Settings, bootstrap: str, k8s_files: list[str], metrics_files: list[str],
+            job: str | None = None, instance: str | None = None,
+            progress: Callable[[ReplayStats, bool], None] | None = stderr_progress,
+            interval_s: float = 2.0) -> ReplayStats:
+    """Publish every record of the files in time order; ``stats.offsets`` are the acknowledged ends."""
+    from gangscope.transport.publish import Publisher
 
-    consume: Any = None
-    if land:
-        try:
-            from pipeline import consume
-        except ImportError:
-            raise UserError("landing is not built yet (pipeline issue #2); use --no-land") from None
     # Check the watch files before publishing anything: a malformed line found half-way would
     # otherwise leave half a replay in Kafka, doubled when the fixed file is replayed. (Cheap:
     # JSON only. Metric files are checked as they stream: parsing them twice would double the
@@ -152,10 +126,6 @@ def _replay(settings: Settings, bootstrap: str, k8s_files: list[str], metrics_fi
     stats.seconds = time.monotonic() - start
     if progress:
         progress(stats, True)
-    if land and stats.records:
-        consume.run(settings, bootstrap, until=stats.offsets)
-        stats.landed = True
-        stats.seconds = time.monotonic() - start
     return stats
 
 
@@ -168,27 +138,3 @@ def _drain(publisher: Any, low: int, bootstrap: str, stall_s: float = 120.0) -> 
         elif time.monotonic() - since > stall_s:
             raise UserError(f"Kafka at {bootstrap} acknowledged nothing for {stall_s:.0f} s; replay stopped")
         time.sleep(0.01)
-
-
-def register(groups: dict[str, Any], common: Any) -> None:
-    p = groups["root"].add_parser(
-        "replay", parents=[common], help="publish captured inputs to Kafka and wait until they have landed",
-        description="Publish watch JSON Lines files (--k8s) and Prometheus text files with timestamps (--metrics) "
-        "to Kafka, merged in timestamp order, then run the pipeline until every record has landed in the lake "
-        "(unless --no-land). Without --bootstrap-servers an embedded broker lives for the command.",
-    )
-    p.add_argument("--k8s", action="append", metavar="FILE", default=[],
-                   help="watch events, one JSON object per line (repeatable)")
-    p.add_argument("--metrics", action="append", metavar="FILE", default=[],
-                   help="Prometheus text exposition with a timestamp on every sample (repeatable)")
-    p.add_argument("--no-land", action="store_true", help="publish only; do not wait for landing")
-    p.add_argument("--job", metavar="J", help="job label for --metrics targets (default: from the file name)")
-    p.add_argument("--instance", metavar="I", help="instance label for --metrics targets")
-    p.set_defaults(handler=_handler)
-
-
-def _handler(settings: Settings, args: Any) -> int:
-    stats = replay(settings, args.k8s, args.metrics, land=not args.no_land, job=args.job, instance=args.instance)
-    what = "landed" if stats.landed else "published"
-    print(f"replay: {stats.records} records {what} in {stats.seconds:.1f}s", file=sys.stderr)
-    return 0

@@ -64,7 +64,7 @@ WATCH_RELISTS = Counter(
     "gangscope_watch_relists_total", "Full re-lists of a kind (410 Gone / expired resourceVersion).", ["kind"],
     registry=REGISTRY,
 )
-PUBLISHER_BUFFERED = Gauge(  # one publisher per process (pipeline/publish.py), so no label
+PUBLISHER_BUFFERED = Gauge(  # one publisher per process (gangscope/transport/publish.py), so no label
     "gangscope_publisher_buffered_records", "Records waiting in the publisher for Kafka to accept them.",
     registry=REGISTRY,
 )

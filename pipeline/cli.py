@@ -26,8 +26,8 @@ def register(groups: dict[str, Any], common: argparse.ArgumentParser) -> None:
 
 
 def run_pipeline(settings: Settings, args: argparse.Namespace) -> int:
+    from gangscope.transport.broker import bootstrap_servers
     from pipeline import consume
-    from pipeline.broker import bootstrap_servers
 
     stop = threading.Event()
 

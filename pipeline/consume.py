@@ -22,7 +22,7 @@ from kafka.structs import OffsetAndMetadata
 
 from gangscope import telemetry
 from gangscope.config import Settings
-from pipeline import kafka as pkafka
+from gangscope.transport import kafka as pkafka
 from pipeline import lake
 from pipeline.land import LandStats, Prepared, Record, prepare, stored_offsets, write
 

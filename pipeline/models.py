@@ -141,7 +141,7 @@ def sql_variables(settings: Settings) -> dict[str, object]:
     out: dict[str, object] = {f.name: getattr(settings.thresholds, f.name)
                               for f in dataclasses.fields(settings.thresholds)}
     try:
-        signals = importlib.import_module("collectors.metrics.signals")
+        signals = importlib.import_module("pipeline.signals")
     except ImportError:
         signals = None
     if signals is not None and hasattr(signals, "sql_variables"):

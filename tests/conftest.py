@@ -1,14 +1,16 @@
-"""Shared fixtures: a real embedded Kafka broker per session, a lake in a temp dir, settings."""
+"""Shared fixtures: a real embedded Kafka broker and PostgreSQL per session, a lake in a temp dir, settings."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gangscope import config
-from pipeline.broker import EmbeddedBroker
+from gangscope.transport.broker import EmbeddedBroker
+from tests.servers import postgres
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
@@ -47,3 +49,16 @@ def reference() -> Path:
     if not REFERENCE.is_dir():
         pytest.skip(f"reference data not found at {REFERENCE}")
     return REFERENCE
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[postgres.PostgresServer]:
+    """A private PostgreSQL server on a free loopback port (password auth). In CI a missing server fails."""
+    try:
+        server = postgres.start()
+    except RuntimeError as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(e))
+    yield server
+    server.stop()

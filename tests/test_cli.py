@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gangscope import config
-from gangscope.cli import build_parser
+from gangscope.app.cli import build_parser
 
 CONTRACT_COMMANDS = [
     ["demo"], ["run"], ["collect", "k8s"], ["collect", "metrics"], ["capture", "k8s"], ["capture", "metrics"],
@@ -29,7 +29,7 @@ def test_every_command_has_help_with_the_shared_settings(cmd: list[str], capsys:
 
 
 def _gangscope(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gangscope.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gangscope.app.cli", *args], capture_output=True, text=True,
                           env=env, timeout=120)
 
 

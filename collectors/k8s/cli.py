@@ -45,8 +45,8 @@ def collect(settings: Any, args: argparse.Namespace) -> int:
 
     from collectors.k8s.capture import stop_on_signals
     from collectors.k8s.collector import K8sCollector, locked
-    from pipeline.broker import bootstrap_servers
-    from pipeline.publish import Publisher
+    from gangscope.transport.broker import bootstrap_servers
+    from gangscope.transport.publish import Publisher
 
     client = _client(settings, args)
     stop = threading.Event()

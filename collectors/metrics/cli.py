@@ -36,8 +36,8 @@ def collect(settings: Any, args: argparse.Namespace) -> int:
 
     from collectors.k8s.capture import stop_on_signals
     from collectors.metrics.scrape import Scraper, serve, target_source
-    from pipeline.broker import bootstrap_servers
-    from pipeline.publish import Publisher
+    from gangscope.transport.broker import bootstrap_servers
+    from gangscope.transport.publish import Publisher
 
     log = logging.getLogger("gangscope.metrics")
     targets = target_source(settings)  # validate before starting a broker

@@ -2,7 +2,7 @@
 -- watermark: ts
 -- lookback_s: 300
 -- Metric samples of the canonical signals: one row per raw sample whose metric is in the signal
--- map (variable `signal_map`, from collectors/metrics/signals.py), with its node, GPU, device and
+-- map (variable `signal_map`, from pipeline/signals.py), with its node, GPU, device and
 -- pod attributed by the join rules of CONTRACT section 2.
 -- Units per signal (value column):
 --   nvlink_bw      bytes/s   (DCGM BANDWIDTH_TOTAL/_L<n> are MB/s rates despite their counter type: x 1e6)

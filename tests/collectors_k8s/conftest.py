@@ -11,7 +11,7 @@ import pytest
 from kafka import TopicPartition
 
 from gangscope.config import Settings
-from pipeline import kafka as pkafka
+from gangscope.transport import kafka as pkafka
 from tests.fakes.k8s_api import FakeApiServer
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from collectors.k8s.client import Client
-from gangscope import cli
+from gangscope.app import cli
 from tests.collectors_k8s import objects
 from tests.collectors_k8s.conftest import names, read_k8s_topic
 
@@ -57,7 +57,7 @@ def test_collect_k8s_publishes_until_sigterm(api, tmp_path, reference, settings)
     kc = kubeconfig(tmp_path / "kc", api.url)
     env = {**os.environ, "GANGSCOPE_KAFKA_TOPIC_PREFIX": settings.kafka.topic_prefix, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gangscope.cli", "collect", "k8s", "--kubeconfig", str(kc), "--context", "fake",
+        [sys.executable, "-m", "gangscope.app.cli", "collect", "k8s", "--kubeconfig", str(kc), "--context", "fake",
          "--bootstrap-servers", settings.kafka.bootstrap_servers, "--cluster", "east", "--data",
          str(tmp_path / "d")], env=env, stderr=subprocess.PIPE, text=True)
     try:

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from collectors.k8s.client import Client
 from collectors.k8s.collector import K8sCollector, locked
 from gangscope.records import VERSION
-from pipeline.broker import EmbeddedBroker, free_port
-from pipeline.publish import Publisher
+from gangscope.transport.broker import EmbeddedBroker, free_port
+from gangscope.transport.publish import Publisher
 from tests.collectors_k8s import objects
 from tests.collectors_k8s.conftest import names, read_k8s_topic
 from tests.collectors_k8s.test_k8s_reflector import wait_for

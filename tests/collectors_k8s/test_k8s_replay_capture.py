@@ -12,8 +12,9 @@ import pytest
 from collectors.k8s.capture import capture, parse_duration
 from collectors.k8s.client import Client
 from collectors.k8s.jsonl import read_events
-from collectors.replay import merged, replay
-from gangscope import cli
+from collectors.replay import merged
+from gangscope.app import cli
+from gangscope.app.replay import replay
 from gangscope.errors import UserError
 from gangscope.records import K8sEvent
 from pipeline import lake

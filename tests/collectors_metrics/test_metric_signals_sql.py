@@ -10,10 +10,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from collectors.metrics.signals import SIGNALS, signal_map, sql_variables
 from gangscope import config
 from pipeline import lake, models
 from pipeline.land import insert_samples
+from pipeline.signals import SIGNALS, signal_map, sql_variables
 
 SQL = Path(__file__).resolve().parents[2] / "sql" / "staging"
 T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)

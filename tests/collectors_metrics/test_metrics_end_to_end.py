@@ -7,9 +7,10 @@ from pathlib import Path
 
 import yaml
 
-from collectors.metrics.signals import sql_variables
-from gangscope import cli, config
+from gangscope import config
+from gangscope.app import cli
 from pipeline import consume, lake, models
+from pipeline.signals import sql_variables
 from tests.collectors_metrics.httpserve import Route
 from tests.collectors_metrics.httpserve import serve as http_serve
 from tests.collectors_metrics.synthetic import IB_SAMPLE, L4_SAMPLE

@@ -17,8 +17,8 @@ from collectors.metrics.targets import Target, discover, discovery_rules, static
 from gangscope import config
 from gangscope.errors import UserError
 from gangscope.records import ScrapeBatch
-from pipeline import kafka as pkafka
-from pipeline.publish import Publisher
+from gangscope.transport import kafka as pkafka
+from gangscope.transport.publish import Publisher
 from tests.collectors_metrics.httpserve import Route
 from tests.collectors_metrics.httpserve import serve as http_serve
 from tests.collectors_metrics.synthetic import IB_SAMPLE, L4_SAMPLE, h100_scrape

@@ -37,7 +37,8 @@ def test_attach_sql_forms(offline_settings: config.Settings) -> None:
 def test_postgres_catalog_attaches_and_shares(offline_settings: config.Settings, pg_catalog: str, form: str) -> None:
     url = urlsplit(pg_catalog)
     catalog = pg_catalog if form == "uri" else (
-        f"postgres:host={url.hostname} port={url.port} user={url.username} dbname={url.path.lstrip('/')}")
+        f"postgres:host={url.hostname} port={url.port} user={url.username} password={url.password} "
+        f"dbname={url.path.lstrip('/')}")
     writer = _with(offline_settings, catalog=catalog)
     con = lake.connect(writer)
     con.execute("INSERT INTO raw.scrapes (cluster, target, up) VALUES ('c1', 'a', true)")

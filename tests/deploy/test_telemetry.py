@@ -128,7 +128,7 @@ def test_hooks_count_landed_dead_and_lag(settings) -> None:
     """The one-line hooks the pipeline calls, against a real consumer on the embedded broker."""
     from kafka import TopicPartition
 
-    from pipeline import kafka as pkafka
+    from gangscope.transport import kafka as pkafka
 
     topic = f"{settings.kafka.topic_prefix}lag"
     prod = pkafka.producer(settings, settings.kafka.bootstrap_servers)
@@ -188,9 +188,9 @@ def test_pipeline_run_moves_the_metrics(settings) -> None:
     from datetime import UTC, datetime
 
     from gangscope.records import K8sEvent
+    from gangscope.transport import kafka as pkafka
+    from gangscope.transport.publish import Publisher
     from pipeline import consume
-    from pipeline import kafka as pkafka
-    from pipeline.publish import Publisher
 
     bootstrap = settings.kafka.bootstrap_servers
     topic = pkafka.topics(settings)["k8s"]

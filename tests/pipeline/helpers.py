@@ -41,7 +41,8 @@ def dcgm_scrape(i: int, gpus: int = 2, cluster: str = "c1") -> ScrapeBatch:
 
 def pipeline_cmd(settings: Settings, *extra: str) -> list[str]:
     assert settings.kafka.bootstrap_servers
-    return [sys.executable, "-m", "gangscope.cli", "pipeline", "--bootstrap-servers", settings.kafka.bootstrap_servers,
+    return [sys.executable, "-m", "gangscope.app.cli", "pipeline", "--bootstrap-servers",
+            settings.kafka.bootstrap_servers,
             "--data", str(settings.data), *extra]
 
 
@@ -66,7 +67,7 @@ def start_pipeline(settings: Settings, *extra: str, **pipeline: object) -> subpr
 
 def publish(settings: Settings, events: range, scrapes: range = range(0)) -> dict[tuple[str, int], int]:
     """Publish pod events and dcgm scrapes to the settings' broker; the acknowledged next offsets."""
-    from pipeline.publish import Publisher
+    from gangscope.transport.publish import Publisher
 
     assert settings.kafka.bootstrap_servers
     with Publisher(settings, settings.kafka.bootstrap_servers) as pub:

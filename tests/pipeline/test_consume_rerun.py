@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 from gangscope import config
+from gangscope.transport.publish import Publisher
 from pipeline import consume, lake
-from pipeline.publish import Publisher
 from tests.pipeline.helpers import landed_counts, pod_event, publish
 
 

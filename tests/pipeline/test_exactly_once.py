@@ -8,9 +8,9 @@ import time
 import duckdb
 
 from gangscope import config
+from gangscope.transport.publish import Publisher
 from pipeline import lake
 from pipeline.land import stored_offsets
-from pipeline.publish import Publisher
 from tests.pipeline.helpers import dcgm_scrape, pod_event, start_pipeline
 
 N_EVENTS, N_SCRAPES = 300, 60  # 300 k8s rows + 240 samples, each with a unique key

@@ -11,9 +11,9 @@ import pytest
 
 from gangscope import config
 from gangscope.records import K8sEvent, ScrapeBatch
-from pipeline import kafka as pkafka
-from pipeline.broker import EmbeddedBroker, free_port
-from pipeline.publish import Publisher
+from gangscope.transport import kafka as pkafka
+from gangscope.transport.broker import EmbeddedBroker, free_port
+from gangscope.transport.publish import Publisher
 
 
 def _event(i: int, name: str = "p") -> K8sEvent:
@@ -123,7 +123,7 @@ def test_broker_down_for_a_while_nothing_lost_under_bound(tmp_path) -> None:
 def test_bound_drops_oldest_and_logs_count(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
     port = free_port()
     settings = _settings_for(tmp_path, f"127.0.0.1:{port}")
-    caplog.set_level(logging.WARNING, logger="pipeline.publish")
+    caplog.set_level(logging.WARNING, logger="gangscope.transport.publish")
     pub = Publisher(settings, f"127.0.0.1:{port}", max_buffered=10)
     pub.drop_log_interval_s = 0.0
     b = None

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from gangscope.cli import main
+from gangscope.app.cli import main
 from gangscope.errors import UserError
 from reports import baseline
 from tests.reports import lakefix

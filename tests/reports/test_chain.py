@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def chain(broker, tmp_path_factory):
     """The `mixed` scenario (1 h, 16 nodes, 60 s scrapes) replayed through the embedded broker and modelled."""
     pytest.importorskip("collectors.simulate.cli")
-    from collectors.replay import replay
+    from gangscope.app.replay import replay
     from pipeline import models
 
     base = tmp_path_factory.mktemp("chain")
@@ -31,7 +31,7 @@ def chain(broker, tmp_path_factory):
                   "partitions": 4},
         "pipeline": {"group_id": f"chain{id(base) % 10**6}", "flush_seconds": 0.5, "idle_seconds": 3.0},
     }, environ={})
-    from gangscope.cli import main
+    from gangscope.app.cli import main
 
     assert main(["simulate", "--scenario", "mixed", "--interval", "60", "--out", str(base / "sim")]) == 0
     sim = base / "sim" / "mixed"

@@ -11,7 +11,7 @@ import pytest
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from gangscope import schedule
+from gangscope.app import schedule
 from gangscope.config import ConfigError
 
 
@@ -88,7 +88,7 @@ def test_failing_job_is_isolated_and_runs_again(caplog):
         raise RuntimeError("catalog unavailable")
 
     sched = schedule.make_scheduler({"boom": ("interval:0.1", boom), "fine": ("interval:0.1", lambda: ok.append(1))})
-    with caplog.at_level("ERROR", logger="gangscope.schedule"):
+    with caplog.at_level("ERROR", logger="gangscope.app.schedule"):
         sched.start()
         time.sleep(0.75)
         sched.shutdown(wait=True)

@@ -67,7 +67,7 @@ def _config(settings, tmp_path: Path, **extra) -> Path:
 def _start(config: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env = {k: v for k, v in env.items() if not k.startswith("GANGSCOPE_")}
-    return subprocess.Popen([sys.executable, "-m", "gangscope.cli", "run", "--config", str(config)],
+    return subprocess.Popen([sys.executable, "-m", "gangscope.app.cli", "run", "--config", str(config)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 
@@ -146,7 +146,7 @@ def test_run_with_scheduled_model_builds_stops_on_sigint(settings, tmp_path):
 
 
 def test_run_rejects_bad_schedule_and_unknown_collector(offline_settings):
-    from gangscope.service import run_service
+    from gangscope.app.service import run_service
 
     offline_settings.schedule.report_daily = "cron:every day"
     with pytest.raises(ConfigError, match="schedule.report_daily"):

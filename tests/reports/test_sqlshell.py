@@ -84,7 +84,7 @@ def test_reads_accepted(sql):
 
 
 def test_reads_answer_and_writes_leave_lake_unchanged(report_lake, capsys):
-    from gangscope.cli import main
+    from gangscope.app.cli import main
 
     count = "SELECT count(*) AS n FROM marts.jobs"
     assert main(["sql", count, "--format", "json", "--data", str(report_lake.data)]) == 0
@@ -135,7 +135,7 @@ def test_no_lake_is_a_clear_error(offline_settings):
 def test_shell_runs_statements_and_keeps_history(report_lake, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GANGSCOPE_DATA": str(tmp_path / "data")}
     # The shell reads stdin; `script` is not needed: a non-tty stdin runs the piped statement once.
-    r = subprocess.run([sys.executable, "-m", "gangscope.cli", "sql", "--data", str(report_lake.data)],
+    r = subprocess.run([sys.executable, "-m", "gangscope.app.cli", "sql", "--data", str(report_lake.data)],
                        input="SELECT count(*) AS n FROM marts.findings;\n", capture_output=True, text=True,
                        env=env, timeout=60, cwd=ROOT)
     assert r.returncode == 0, r.stderr
@@ -177,7 +177,7 @@ def test_answers_while_another_process_writes(offline_settings):
         assert writer.stdout.readline().strip() == "ready"
         seen = []
         for _ in range(4):
-            r = subprocess.run([sys.executable, "-m", "gangscope.cli", "sql", "SELECT count(*) FROM raw.scrapes",
+            r = subprocess.run([sys.executable, "-m", "gangscope.app.cli", "sql", "SELECT count(*) FROM raw.scrapes",
                                 "--format", "csv", "--data", str(offline_settings.data)],
                                capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
             assert r.returncode == 0, r.stderr

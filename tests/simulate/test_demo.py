@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from gangscope.app.demo import _score, run
 from gangscope.config import Settings
-from gangscope.demo import _score, run
 
 
 def test_demo_stops_after_simulating_when_replay_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str],
                                                           offline_settings: Settings) -> None:
-    monkeypatch.setitem(sys.modules, "collectors.replay", None)  # its import fails, as if not built
+    monkeypatch.setitem(sys.modules, "gangscope.app.replay", None)  # its import fails, as if not built
     args = argparse.Namespace(out=str(tmp_path / "demo"), seed=1, data=None)
     assert run(offline_settings, args) == 0
     out = capsys.readouterr().out

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.simulate import generate
 from collectors.simulate.scenarios import CLASSES, SCENARIOS
-from gangscope.cli import main
+from gangscope.app.cli import main
 from gangscope.records import WATCH_TYPES, parse_rfc3339
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+) (\d{13})$')

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gangscope import cli
+from gangscope.app import cli
 
 
 def test_simulated_scenario_end_to_end(settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     simulate = pytest.importorskip("collectors.simulate")
-    from collectors.replay import replay
+    from gangscope.app.replay import replay
 
     g = simulate.generate("admission_quota", tmp_path / "sim", seed=3, nodes=4)
     stats = replay(settings, [str(g.directory / "k8s.jsonl")], [str(g.directory / "metrics.prom")], progress=None)

@@ -46,7 +46,7 @@ def _stop(what: str, issue: int, after: str) -> int:
 
 def run(settings: Settings, args: Any) -> int:
     from collectors.simulate import DEFAULT_START, generate
-    from pipeline.broker import bootstrap_servers
+    from gangscope.transport.broker import bootstrap_servers
 
     out = Path(args.out)
     if getattr(args, "data", None) is None:
@@ -57,7 +57,7 @@ def run(settings: Settings, args: Any) -> int:
     _say(f"demo: simulated {DEMO_NODES} nodes x {DEMO_HOURS:g} h ({g.jobs} jobs, {g.k8s_events} watch events, "
          f"{g.samples} samples) -> {g.directory} [{time.perf_counter() - t0:.1f}s]")
     try:
-        from collectors.replay import replay
+        from gangscope.app.replay import replay
     except ImportError:
         return _stop("replay", 3, "simulating")
     with bootstrap_servers(settings) as bootstrap:

@@ -123,8 +123,8 @@ def _shutdown_scheduler(scheduler: Any, grace_s: float) -> None:
 
 def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
     """Run until ``stop`` is set (or a signal arrives); returns the exit code."""
-    from gangscope import schedule
-    from pipeline.broker import bootstrap_servers
+    from gangscope.app import schedule
+    from gangscope.transport.broker import bootstrap_servers
 
     unknown = [c for c in settings.collectors if c not in COLLECTORS]
     if unknown:
@@ -151,7 +151,7 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
         pipeline_thread = None
         try:
             if settings.collectors:
-                from pipeline.publish import Publisher
+                from gangscope.transport.publish import Publisher
 
                 publisher = Publisher(settings, bootstrap)
                 for name in settings.collectors:

@@ -26,7 +26,7 @@ from typing import Any
 from gangscope import telemetry
 from gangscope.config import Settings
 from gangscope.records import K8S, SCRAPE, K8sEvent, ScrapeBatch
-from pipeline import kafka as pkafka
+from gangscope.transport import kafka as pkafka
 
 log = logging.getLogger(__name__)
 

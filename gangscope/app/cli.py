@@ -20,11 +20,11 @@ from gangscope.errors import UserError
 
 # Modules that register commands, in the order their commands appear in --help.
 COMMAND_MODULES = (
-    "gangscope.demo",
-    "gangscope.service",
+    "gangscope.app.demo",
+    "gangscope.app.service",
     "collectors.k8s.cli",
     "collectors.metrics.cli",
-    "collectors.replay",
+    "gangscope.app.replay",
     "collectors.simulate.cli",
     "pipeline.cli",
     "pipeline.models_cli",

@@ -1,0 +1,1 @@
+"""Real servers the tests start on free loopback ports (PostgreSQL today; others join here)."""
