@@ -26,7 +26,8 @@ def register(groups, common) -> None:
         "Feed them to `gangscope replay --k8s ... --metrics ...`. Deterministic for a seed.",
     )
     p.add_argument("--scenario", default="mixed", metavar="NAME|all",
-                   help="scenario to generate, or 'all' (default mixed; see --list)")
+                   help="scenario or variant (<scenario>@<how>) to generate, or 'all' scenarios (default mixed; "
+                   "see --list)")
     p.add_argument("--out", metavar="DIR", default="gangscope-sim", help="output directory (default ./gangscope-sim)")
     p.add_argument("--seed", type=int, default=1, help="random seed: same seed, same bytes (default 1)")
     p.add_argument("--nodes", type=int, default=16, help="GPU nodes of 8 GPUs (default 16, at least 16 for mixed)")
@@ -34,9 +35,6 @@ def register(groups, common) -> None:
     p.add_argument("--interval", type=float, default=15.0, help="scrape interval in seconds (default 15)")
     p.add_argument("--start", type=_start, default=None, metavar="RFC3339",
                    help="simulated start time (default 2026-11-01T00:00:00Z)")
-    p.add_argument("--variant", default="1.36", choices=("1.36", "1.37", "1.37-gate-on"),
-                   help="cluster version the objects show: 1.36 (default), 1.37 (native v1beta1 + v1alpha3, "
-                        "Job-owned objects, CompositePodGroup, Kueue gate off and HA), 1.37-gate-on")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.set_defaults(handler=run)
 
@@ -44,16 +42,18 @@ def register(groups, common) -> None:
 def run(settings, args) -> int:
     from collectors.simulate import DEFAULT_START, generate
     from collectors.simulate.scenarios import SCENARIOS
+    from collectors.simulate.variants import VARIANTS
 
     if args.list:
-        width = max(len(n) for n in SCENARIOS)
-        for name, (text, _) in SCENARIOS.items():
+        texts = {name: text for name, (text, _) in SCENARIOS.items()} | {n: v.text for n, v in VARIANTS.items()}
+        width = max(len(n) for n in texts)
+        for name, text in texts.items():
             print(f"{name:<{width}}  {text}")
         return 0
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     for n in names:
-        if n not in SCENARIOS:
-            raise UserError(f"unknown scenario {n!r}; one of: {', '.join(SCENARIOS)}, all")
+        if n not in SCENARIOS and n not in VARIANTS:
+            raise UserError(f"unknown scenario {n!r}; one of: {', '.join(SCENARIOS)}, all, or a variant (--list)")
     if args.interval <= 0:
         raise UserError("--interval must be positive")
     out = Path(args.out)
@@ -61,7 +61,7 @@ def run(settings, args) -> int:
         t0 = time.perf_counter()
         try:
             g = generate(n, out, seed=args.seed, nodes=args.nodes, hours=args.hours,
-                         start=args.start or DEFAULT_START, interval=args.interval, variant=args.variant)
+                         start=args.start or DEFAULT_START, interval=args.interval)
         except ValueError as e:
             raise UserError(f"scenario {n}: {e}") from e
         print(f"{n}: {g.jobs} jobs, {g.k8s_events} watch events, {g.samples} samples in "

@@ -115,10 +115,10 @@ def pod_template(job: Any) -> dict[str, Any]:
     if job.node_selector:
         spec["nodeSelector"] = dict(job.node_selector)
     if job.gang == "coscheduling":
-        labels[COSCHED_LABEL] = job.name
+        labels[COSCHED_LABEL] = job.pod_group
         spec["schedulerName"] = "scheduler-plugins-scheduler"
     elif job.gang == "volcano":
-        annotations[VOLCANO_ANNOTATION] = job.name
+        annotations[VOLCANO_ANNOTATION] = job.pod_group
         spec["schedulerName"] = "volcano"
     elif job.gang == "native":
         spec["schedulingGroup"] = {"podGroupName": job.pod_group}
@@ -248,7 +248,7 @@ def resource_requests(job: Any) -> list[dict[str, Any]]:
 
 def coscheduling_podgroup(job: Any, created: str) -> dict[str, Any]:
     return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-            "metadata": meta(job.name, job.pg_uid, created, job.namespace,
+            "metadata": meta(job.pod_group, job.pg_uid, created, job.namespace,
                              ownerReferences=[owner(*_job_owner(job))]),
             "spec": {"minMember": job.pods, "scheduleTimeoutSeconds": job.schedule_timeout},
             "status": {"phase": "Pending"}}
@@ -256,7 +256,7 @@ def coscheduling_podgroup(job: Any, created: str) -> dict[str, Any]:
 
 def volcano_podgroup(job: Any, created: str) -> dict[str, Any]:
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-            "metadata": meta(job.name, job.pg_uid, created, job.namespace,
+            "metadata": meta(job.pod_group, job.pg_uid, created, job.namespace,
                              ownerReferences=[owner(*_job_owner(job))]),
             "spec": {"minMember": job.pods, "queue": "default",
                      "minResources": {"nvidia.com/gpu": str(job.pods * job.gpus_per_pod)}},

@@ -68,6 +68,8 @@ class SimJob:
     tps_per_gpu: float = 3100.0
     slowdowns: list[tuple[float, float, float]] = field(default_factory=list)  # (from, until, factor)
     stall: float | None = None  # throughput collapses (hang after a fault) at
+    pull_s: float = 24.0  # from binding to containers running (image pull, start-up)
+    pg_name: str | None = None  # gang object name when it differs from the job's (first-contact variants)
     # filled by assign_ids
     uid: str = ""
     wl_uid: str = ""
@@ -99,7 +101,7 @@ class SimJob:
         """When every pod runs (the gang is up); None if it never is."""
         if self.placed is None or not self.all_placed:
             return None
-        return self.placed + 24.0
+        return self.placed + self.pull_s
 
     @property
     def rerun(self) -> float | None:
@@ -122,7 +124,7 @@ class SimJob:
     @property
     def pod_group(self) -> str | None:
         if self.gang in ("coscheduling", "volcano"):
-            return self.name
+            return self.pg_name or self.name
         if self.gang != "native":
             return None
         if self.k8s == "1.37" and self.kind == "Job":  # <workload>-<template>-<hash>
@@ -196,14 +198,6 @@ class Scenario:
     variant: str = "1.36"
 
 
-# Variants of every scenario: the same jobs and faults as another cluster version would show them.
-# 1.37: native scheduling.k8s.io v1beta1 objects (each also served as v1alpha3), created by the Job controller
-# for every Job outside Kueue (gang for native gangs, `basic` for the rest), a CompositePodGroup over a JobSet's
-# PodGroup, PodGroupInitiallyScheduled; Kueue v0.19 with UnadmittedWorkloadsObservability off (its default:
-# `Pending`) and in HA (a follower's metrics too). 1.37-gate-on: the same with the gate on (granular reasons).
-VARIANTS = ("1.36", "1.37", "1.37-gate-on")
-
-
 def safe_hash(s: str) -> str:
     """apimachinery rand.SafeEncodeString of the decimal fnv32a of ``s`` (the 1.37 Job controller's name suffix)."""
     h = 0x811C9DC5
@@ -212,14 +206,16 @@ def safe_hash(s: str) -> str:
     return "".join("bcdfghjklmnpqrstvwxz2456789"[ord(c) % 27] for c in str(h))
 
 
-def _apply_variant(jobs: list[SimJob], variant: str) -> None:
-    if variant not in VARIANTS:
-        raise KeyError(f"variant {variant!r} (known: {', '.join(VARIANTS)})")
-    if variant == "1.36":
-        return
-    for j in jobs:
+def to_137(scn: Scenario, kueue_gate: str) -> None:
+    """The same jobs and faults as Kubernetes 1.37 + Kueue v0.19 show them (variants ``<scenario>@k8s-1.37``):
+    native scheduling.k8s.io v1beta1 objects (each also served as v1alpha3), created by the Job controller for every
+    Job outside Kueue (gang for native gangs, ``basic`` for the rest), a CompositePodGroup over a JobSet's PodGroup,
+    PodGroupInitiallyScheduled; Kueue with UnadmittedWorkloadsObservability ``off`` (v0.19's default: ``Pending``)
+    or ``on``, and in HA (a follower's metrics too)."""
+    scn.variant = "1.37"
+    for j in scn.jobs:
         j.k8s = "1.37"
-        j.kueue_gate = "on" if variant == "1.37-gate-on" else "off"
+        j.kueue_gate = kueue_gate
         if not j.kueue and j.gang == "none" and j.kind == "Job":
             # A root Job outside Kueue: the Job controller creates a basic Workload + PodGroup (not a gang).
             j.gang, j.native_policy = "native", "basic"
@@ -476,7 +472,7 @@ SCENARIOS: dict[str, tuple[str, Builder]] = {
 }
 
 
-def build(name: str, cluster: Cluster, seed: int, duration: float, variant: str = "1.36") -> Scenario:
+def build(name: str, cluster: Cluster, seed: int, duration: float) -> Scenario:
     if name not in SCENARIOS:
         raise KeyError(name)
     rng = random.Random(f"{seed}:{name}:jobs")
@@ -487,8 +483,7 @@ def build(name: str, cluster: Cluster, seed: int, duration: float, variant: str 
     _filler(a, jobs, faults, duration)
     for j in jobs:
         assign_ids(j, rng)
-    _apply_variant(jobs, variant)
-    return Scenario(name, cluster, jobs, faults, seed, duration, variant)
+    return Scenario(name, cluster, jobs, faults, seed, duration)
 
 
 def _suffix(rng: random.Random) -> str:

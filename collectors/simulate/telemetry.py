@@ -405,7 +405,7 @@ class Writer:
         base = self.start_ms + (np.arange(r0, r1) * int(self.interval * 1000))[:, None]
         return base + offs[None, :] + jitter
 
-    def write(self, path: Path, chunk_rounds: int = 40) -> int:
+    def write(self, path: Path, chunk_rounds: int = 40, since: float = 0.0) -> int:
         self._dcgm_setup()
         self._ib_setup()
         self._kueue_setup()
@@ -414,7 +414,7 @@ class Writer:
         table = pl.Series("p", self.prefixes, dtype=pl.String).cast(pl.Categorical)
         htext = pl.Series("t", self.header_text, dtype=pl.String)
         with path.open("wb") as f:
-            for r0 in range(0, self.rounds, chunk_rounds):
+            for r0 in range(min(self.rounds, int(-(-since // self.interval))), self.rounds, chunk_rounds):
                 r1 = min(self.rounds, r0 + chunk_rounds)
                 fams = [self._kueue(r0, r1), self._dcgm(r0, r1), self._ib(r0, r1)]
                 if self.jobs_active:
@@ -510,6 +510,7 @@ def _stable_hash(s: str) -> int:
     return h
 
 
-def write(scn: Scenario, path: Path, start: datetime, interval: float = 15.0, seed: int = 0) -> int:
-    """Write ``metrics.prom``; returns the number of samples."""
-    return Writer(scn, start, interval, seed).write(path)
+def write(scn: Scenario, path: Path, start: datetime, interval: float = 15.0, seed: int = 0,
+          since: float = 0.0) -> int:
+    """Write ``metrics.prom`` (scrapes from ``since`` seconds on); returns the number of samples."""
+    return Writer(scn, start, interval, seed).write(path, since=since)

@@ -55,6 +55,25 @@ class Timeline:
                 self.emit(tt, "MODIFIED", ev)
                 tt += repeat_every
 
+    def start_capture_at(self, t: float) -> None:
+        """First contact: gangscope starts watching at ``t``. Every object that exists then arrives ADDED in
+        the initial list, in its state at ``t`` (its history only in its own timestamps); what happened
+        before is not in the stream, what happens after is watched as usual."""
+        self.items.sort(key=lambda x: (x[0], x[1]))
+        state: dict[tuple[str, str, str | None, str], dict[str, Any]] = {}
+        for tt, _, etype, obj in self.items:
+            if tt > t:
+                break
+            md = obj["metadata"]
+            key = (obj["apiVersion"], obj["kind"], md.get("namespace"), md["name"])
+            if etype == "DELETED":
+                state.pop(key, None)
+            else:
+                state[key] = obj
+        later = [x for x in self.items if x[0] > t]
+        self.items = [(t, i, "ADDED", obj) for i, obj in enumerate(state.values())]
+        self.items += [(tt, len(self.items) + i, etype, obj) for i, (tt, _, etype, obj) in enumerate(later)]
+
     def write(self, path: Path, first_rv: int = 4_812_000) -> int:
         self.items.sort(key=lambda x: (x[0], x[1]))
         rv = first_rv
@@ -148,10 +167,10 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
         _unschedulable(tl, j, pods[len(j.nodes):], (placed or a) + 1, end)
     if j.running is None:
         if j.nodes:
-            _run(tl, j, pods[:len(j.nodes)], placed + 24 if placed else a + 30)
+            _run(tl, j, pods[:len(j.nodes)], placed + j.pull_s if placed else a + 30, placed)
         return
     r = j.running
-    _run(tl, j, pods, r)
+    _run(tl, j, pods, r, placed)
     if wl is not None:
         o.set_condition(wl, o.condition("PodsReady", "True", "Started",
                                         "All pods reached readiness and the workload is running", tl.ts(r + 1)))
@@ -166,7 +185,7 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
             _admit(tl, j, wl, job, j.readmit, j.evicted, requeued=True)
             pods = _create_pods(tl, j, j.readmit + 2, j.pod_names2, j.pod_uids2)
             _bind(tl, j, pods, j.readmit + 6)
-            _run(tl, j, pods, j.readmit + 30)
+            _run(tl, j, pods, j.readmit + 30, j.readmit + 6)
             o.set_condition(wl, o.condition("PodsReady", "True", "Started",
                                             "All pods reached readiness and the workload is running",
                                             tl.ts(j.readmit + 31)))
@@ -246,23 +265,25 @@ def _bind(tl: Timeline, j: SimJob, pods: list[dict], t: float) -> None:
                  f"{node.name}", _scheduler(j), action="Binding")
 
 
-def _run(tl: Timeline, j: SimJob, pods: list[dict], t: float) -> None:
+def _run(tl: Timeline, j: SimJob, pods: list[dict], t: float, bound: float | None) -> None:
+    """Containers start at ``t`` (+0.3 s per pod); pod ``i`` was bound at ``bound`` + 0.2 s x i (``_bind``)."""
     for i, p in enumerate(pods):
         node = j.nodes[i]
         tt = t + 0.3 * i
         ts = tl.ts(tt)
+        bt = (bound if bound is not None else t - 20) + 0.2 * i
         p["status"].update({
             "phase": "Running", "hostIP": node.ip, "hostIPs": [{"ip": node.ip}],
-            "podIP": f"192.168.{node.index % 256}.{10 + i}", "startTime": tl.ts(tt - 20),
+            "podIP": f"192.168.{node.index % 256}.{10 + i}", "startTime": tl.ts(bt + 1),
             "containerStatuses": [{"name": "trainer", "image": o.IMAGE, "imageID": "", "ready": True,
                                    "restartCount": 0, "started": True, "state": {"running": {"startedAt": ts}},
                                    "containerID": f"containerd://{tl.uid().replace('-', '')}"}],
         })
         p["status"]["conditions"] = [
             o.pod_condition("PodReadyToStartContainers", "True", tl.ts(tt - 5)),
-            o.pod_condition("Initialized", "True", tl.ts(tt - 20)),
+            o.pod_condition("Initialized", "True", tl.ts(bt + 1)),
             o.pod_condition("Ready", "True", ts), o.pod_condition("ContainersReady", "True", ts),
-            o.pod_condition("PodScheduled", "True", tl.ts(tt - 20)),
+            o.pod_condition("PodScheduled", "True", tl.ts(bt)),
         ]
         tl.emit(tt, "MODIFIED", p)
         tl.event(tt - 2, p, "Normal", "Started", "Started container trainer", "kubelet")

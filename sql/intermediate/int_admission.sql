@@ -15,7 +15,10 @@
 -- column: created_at: timeline (first QuotaReserved=True / Admitted=True)
 -- column: quota_reserved_at: timeline (first QuotaReserved=True / Admitted=True)
 -- column: admitted_at: timeline (first QuotaReserved=True / Admitted=True)
--- column: wait_s: seconds from creation to admission (to the data's as_of while still waiting)
+-- column: queued_at: start of the wait judged: creation, or when a workload that had quota (seen reserved, or
+--   carrying Evicted=True) lost it: its QuotaReserved=False lastTransitionTime
+-- column: wait_s: seconds from creation to the first admission (to the data's as_of while still waiting); for a
+--   requeued workload waiting now, from queued_at to as_of
 -- column: blocked_by: quota, topology or configuration (cause_kind of a blocking cause), else NULL
 -- column: cause: quota, quota_never, waiting_preemption, waiting_pods_ready, admission_check, topology,
 --   delayed_topology, topology_level_missing, no_matching_flavor, misconfigured, missing_local_queue,
@@ -42,7 +45,10 @@ times AS (
     SELECT cluster, namespace, workload,
            min(transition_at) FILTER (WHERE type = 'QuotaReserved' AND status = 'True') AS quota_reserved_at,
            min(transition_at) FILTER (WHERE type = 'Admitted' AND status = 'True') AS admitted_at,
-           count(*) FILTER (WHERE type IN ('QuotaReserved', 'Admitted')) AS admission_conditions
+           count(*) FILTER (WHERE type IN ('QuotaReserved', 'Admitted')) AS admission_conditions,
+           max(transition_at) FILTER (WHERE type = 'QuotaReserved' AND status = 'True') AS last_reserved_at,
+           max(transition_at) FILTER (WHERE type = 'QuotaReserved' AND status = 'False') AS last_unreserved_at,
+           bool_or(type IN ('QuotaReserved', 'Evicted') AND status = 'True') AS had_quota
     FROM cond GROUP BY ALL
 ),
 signals AS (
@@ -171,11 +177,17 @@ base AS (
     SELECT
         j.cluster, j.namespace, j.job, j.workload, j.cluster_queue, j.local_queue,
         j.created_at, t.quota_reserved_at, t.admitted_at,
-        epoch(coalesce(t.admitted_at, j.as_of) - j.created_at) AS wait_s,
+        -- Waiting now (quota released after it was reserved, e.g. evicted and requeued): since it lost its quota,
+        -- from its own QuotaReserved=False lastTransitionTime, however long before the capture that was.
+        coalesce(t.had_quota AND t.last_unreserved_at > coalesce(t.last_reserved_at, '-infinity'::TIMESTAMPTZ), false)
+            AS requeued,
+        CASE WHEN requeued THEN t.last_unreserved_at ELSE j.created_at END AS queued_at,
+        epoch(CASE WHEN requeued THEN j.as_of - t.last_unreserved_at
+                   ELSE coalesce(t.admitted_at, j.as_of) - j.created_at END) AS wait_s,
         CASE WHEN ml.level IS NULL AND j.cluster IN (SELECT cluster FROM levels)
              THEN coalesce(j.required_topology, j.preferred_topology) END AS missing_level,
-        CASE WHEN t.admitted_at IS NULL AND coalesce(p.cause, '') NOT IN ('finished', 'stopped') THEN q.cause END
-            AS queue_cause,
+        CASE WHEN (t.admitted_at IS NULL OR requeued) AND coalesce(p.cause, '') NOT IN ('finished', 'stopped')
+             THEN q.cause END AS queue_cause,
         q.reason AS queue_reason, q.message AS queue_message, j.as_of,
         p.cause AS signal_cause, p.reason, p.message, p.reason_at, p.gate,
         coalesce(t.admission_conditions, 0) AS admission_conditions
@@ -195,7 +207,8 @@ caused AS (
     FROM base
 )
 SELECT
-    cluster, namespace, job, workload, cluster_queue, local_queue, created_at, quota_reserved_at, admitted_at, wait_s,
+    cluster, namespace, job, workload, cluster_queue, local_queue, created_at, quota_reserved_at, admitted_at,
+    queued_at, wait_s,
     CASE WHEN cause IN ('quota', 'quota_never', 'waiting_preemption', 'waiting_pods_ready', 'admission_check') THEN 'quota'
          WHEN cause IN ('topology', 'delayed_topology', 'topology_level_missing') THEN 'topology'
          WHEN cause IN ('no_matching_flavor', 'misconfigured', 'missing_local_queue', 'missing_cluster_queue',

@@ -94,11 +94,12 @@ pre_f AS (
 adm_f AS (
     SELECT a.cluster, a.namespace, a.job, a.cause_class AS root_cause,
            'warning' AS severity,
-           a.created_at + to_seconds(getvariable('admission_wait_s')) AS started_at,
-           a.admitted_at AS ended_at,
+           a.queued_at + to_seconds(getvariable('admission_wait_s')) AS started_at,
+           CASE WHEN a.admitted_at > a.queued_at THEN a.admitted_at END AS ended_at,
            CASE WHEN a.granular OR a.missing_level IS NOT NULL THEN 0.95 ELSE 0.85 END AS confidence,
            j.nodes,
            to_json({'wait_s': round(a.wait_s), 'threshold_s': getvariable('admission_wait_s'), 'created_at': a.created_at,
+                    'queued_at': a.queued_at,
                     'admitted_at': a.admitted_at, 'reason': a.reason, 'message': a.message, 'reason_at': a.reason_at,
                     'cluster_queue': a.cluster_queue, 'local_queue': a.local_queue,
                     'missing_level': a.missing_level, 'cause': a.cause, 'cause_kind': a.cause_kind,
@@ -107,7 +108,7 @@ adm_f AS (
                     'proposed_class': CASE WHEN a.cause_kind = 'configuration' THEN 'admission_config'
                                            ELSE a.cause_class END}) AS evidence,
            format('Not admitted for {} min{} ({}{}): {}', round(a.wait_s / 60)::INTEGER,
-                  CASE WHEN a.admitted_at IS NULL THEN ' and counting' ELSE '' END, replace(a.cause, '_', ' '),
+                  CASE WHEN a.admitted_at > a.queued_at THEN '' ELSE ' and counting' END, replace(a.cause, '_', ' '),
                   CASE WHEN a.cause_kind = 'configuration' THEN ', configuration' ELSE '' END,
                   coalesce(coalesce(a.reason || ' - ', '') || a.message,
                            'topology level ' || a.missing_level || ' is carried by no node')) AS summary

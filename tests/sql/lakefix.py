@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -172,3 +174,16 @@ def pod_status(p: dict, created: float, bound: float | None = None, started: flo
     st["conditions"] = conds
     p["status"] = st
     return p
+
+
+def build_lake(data: Path, fill: Callable[[Raw], None]) -> tuple[Any, duckdb.DuckDBPyConnection, Any]:
+    """A fresh lake under ``data`` holding what ``fill`` writes, with the models built: (settings, con, stats)."""
+    from gangscope import config
+    from pipeline import lake, models
+
+    settings = config.load(overrides={"data": str(data)}, environ={})
+    con = lake.connect(settings)
+    raw = Raw()
+    fill(raw)
+    raw.write(con)
+    return settings, con, models.build(settings, con)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+
 import pytest
 
-from pipeline import lake, models
+from pipeline import models
 from reports import diagnose
-from tests.sql.lakefix import Raw, cond, failed_scheduling, iso, node, pod, pod_status, ts, workload
+from tests.sql.lakefix import Raw, build_lake, cond, failed_scheduling, iso, node, pod, pod_status, ts, workload
 
 NS = "ml"
 CAPTURE = 60.0  # minute gangscope first sees the cluster
@@ -29,8 +30,8 @@ def _podgroup(name: str, min_member: int, timeout: int, created: float, phase: s
               owner: tuple[str, str] | None = None) -> dict:
     md: dict = {"name": name, "namespace": NS, "creationTimestamp": iso(created)}
     if owner:
-        md["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": owner[0], "name": owner[1], "uid": f"uid-{owner[1]}",
-                                  "controller": True, "blockOwnerDeletion": True}]
+        md["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": owner[0], "name": owner[1],
+                                  "uid": f"uid-{owner[1]}", "controller": True, "blockOwnerDeletion": True}]
     return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": md,
             "spec": {"minMember": min_member, "scheduleTimeoutSeconds": timeout}, "status": {"phase": phase}}
 
@@ -49,19 +50,27 @@ def _throughput(raw: Raw, pod_name: str, value_at) -> None:
         t += 0.25
 
 
-def _kueue_running(raw: Raw, job: str, nodes: list[str], created: float, seen: float, pg: str | None = None) -> str:
-    """A Kueue job admitted and running since `created`, first seen at `seen` (the initial list)."""
+def _kueue_running(raw: Raw, job: str, nodes: list[str], created: float, seen: float, pg: str | None = None,
+                   volcano: bool = False) -> str:
+    """A Kueue job admitted and running since `created`, first seen at `seen` (the initial list), its gang object
+    (coscheduling, or Volcano) named `pg` and linked from its pods by label (annotation for Volcano) only."""
     wl = f"job-{job}-abcde"
     w = workload(NS, wl, "Job", job, len(nodes), _admitted(created + 0.05), cluster_queue="cq")
     w["metadata"]["creationTimestamp"] = iso(created)
-    if pg:
-        w["spec"]["podSets"][0]["template"] = {"metadata": {"labels": {COSCHED: pg}}, "spec": {}}
     raw.event(seen, w)
-    if pg:
+    if pg and volcano:
+        raw.event(seen, {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                         "metadata": {"name": pg, "namespace": NS, "creationTimestamp": iso(created + 0.06)},
+                         "spec": {"minMember": len(nodes), "queue": "default"},
+                         "status": {"phase": "Running", "running": len(nodes)}})
+    elif pg:
         raw.event(seen, _podgroup(pg, len(nodes), 300, created + 0.06, "Running", owner=("Job", job)))
     for i, n in enumerate(nodes):
-        p = pod(NS, f"{job}-{i}-x7k2p", "Job", job, n, "Running", annotations={"kueue.x-k8s.io/workload": wl},
-                labels={COSCHED: pg} if pg else None)
+        ann = {"kueue.x-k8s.io/workload": wl}
+        if pg and volcano:
+            ann["scheduling.k8s.io/group-name"] = pg
+        p = pod(NS, f"{job}-{i}-x7k2p", "Job", job, n, "Running", annotations=ann,
+                labels={COSCHED: pg} if pg and not volcano else None)
         raw.event(seen, pod_status(p, created + 0.1, bound=created + 0.2 + i / 60, started=created + 1.0 + i / 60))
     return f"{job}-0-x7k2p"
 
@@ -106,7 +115,8 @@ def _native_137(raw: Raw, seen: float) -> None:
     owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "uid-bert", "controller": True,
               "blockOwnerDeletion": True}]
     raw.event(seen, {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "Workload",
-                     "metadata": {"name": wl, "namespace": NS, "creationTimestamp": iso(10.01), "ownerReferences": owner},
+                     "metadata": {"name": wl, "namespace": NS, "creationTimestamp": iso(10.01),
+                                  "ownerReferences": owner},
                      "spec": {"controllerRef": {"apiGroup": "batch", "kind": "Job", "name": job},
                               "podGroupTemplates": [{"name": "bert-pretrain-pgt-0",
                                                      "schedulingPolicy": {"gang": {"minCount": 2}}}]}})
@@ -128,6 +138,7 @@ def _build(raw: Raw) -> None:
     # Issue 20: a Kueue gang running for an hour, its PodGroup named <job>-pg; steady throughput.
     steady = _kueue_running(raw, "long-runner", ["n1", "n2"], 0.0, CAPTURE, pg="long-runner-pg")
     _throughput(raw, steady, lambda t: 1000.0)
+    _kueue_running(raw, "volcano-runner", ["n7", "n8"], 20.0, CAPTURE, pg="volcano-runner-pg", volcano=True)
     # Issue 20: running since before capture and slowing down 20 minutes after it.
     slows = _kueue_running(raw, "slows-later", ["n3"], 5.0, CAPTURE)
     _throughput(raw, slows, lambda t: 1000.0 if t < 80 else 500.0)
@@ -136,6 +147,14 @@ def _build(raw: Raw) -> None:
                  [cond("QuotaReserved", "False", "WaitingForQuota", QUOTA_MSG, 0.05)])
     w["metadata"]["creationTimestamp"] = iso(0.0)
     raw.event(CAPTURE, w)
+    # Issue 20: admitted long ago, evicted at minute 30 (waitForPodsReady) and waiting for quota since.
+    r = workload(NS, "job-requeued-abcde", "Job", "requeued", 2,
+                 [cond("QuotaReserved", "False", "Pending", QUOTA_MSG, 30.0),
+                  cond("Admitted", "False", "NoReservation", "The workload has no reservation", 30.0),
+                  cond("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout ml/job-requeued-abcde",
+                       30.0)])
+    r["metadata"]["creationTimestamp"] = iso(1.0)
+    raw.event(CAPTURE, r)
     # Issue 20: a queued Kueue job whose PodGroup exists before its pods: attached through the Workload's pod
     # template and the PodGroup's owner, not a job of its own; a PodGroup nothing links stays one.
     q = workload(NS, "job-queued-pg-job-abcde", "Job", "queued-pg-job", 2,
@@ -157,14 +176,7 @@ def _build(raw: Raw) -> None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
-    from gangscope import config
-
-    settings = config.load(overrides={"data": str(tmp_path_factory.mktemp("fc") / "data")}, environ={})
-    con = lake.connect(settings)
-    raw = Raw()
-    _build(raw)
-    raw.write(con)
-    models.build(settings, con)
+    settings, con, _ = build_lake(tmp_path_factory.mktemp("fc") / "data", _build)
     yield settings, con
     con.close()
 
@@ -179,10 +191,12 @@ def _primary(con) -> dict[str, str]:
 
 def test_job_list_has_no_phantom_from_podgroup_names(built) -> None:
     _, con = built
-    assert set(_primary(con)) == {"long-runner", "slows-later", "waiting", "queued-pg-job", "lonely-pg", "cold-pull",
-                                  "cold-pull-listed", "stuck-gang", "stuck-listed", "bert-pretrain"}
+    assert set(_primary(con)) == {"long-runner", "volcano-runner", "slows-later", "waiting", "requeued",
+                                  "queued-pg-job", "lonely-pg", "cold-pull", "cold-pull-listed", "stuck-gang",
+                                  "stuck-listed", "bert-pretrain"}
     groups = dict(con.execute("SELECT job, pod_group FROM marts.jobs WHERE namespace = ?", [NS]).fetchall())
     assert groups["long-runner"] == "long-runner-pg"
+    assert groups["volcano-runner"] == "volcano-runner-pg"
     assert groups["queued-pg-job"] == "queued-pg-job-pg"
     assert groups["bert-pretrain"] == "bert-pretrain-7c56f99548-bert-pretrain-pgt-0-548d6479cc"
     kinds = dict(con.execute("SELECT job, job_kind FROM marts.jobs WHERE namespace = ?", [NS]).fetchall())
@@ -191,8 +205,10 @@ def test_job_list_has_no_phantom_from_podgroup_names(built) -> None:
 
 @pytest.mark.parametrize("job,expected", [
     ("long-runner", "healthy"),
+    ("volcano-runner", "healthy"),
     ("slows-later", "unexplained_slowdown"),
     ("waiting", "admission_quota"),
+    ("requeued", "admission_quota"),
     ("cold-pull", "healthy"),
     ("cold-pull-listed", "healthy"),
     ("stuck-gang", "gang_assembly"),
@@ -247,6 +263,9 @@ def test_pending_since_before_capture_is_judged_on_its_real_wait(built) -> None:
     assert f["started_at"] == iso(10)  # created at 0 + the 10 min threshold, not capture + 10 min
     assert f["evidence"]["wait_s"] == END * 60
     assert f["evidence"]["reason"] == "WaitingForQuota"
+    f = _rows(con)[("requeued", "admission_quota")]  # waiting since it lost its quota at minute 30
+    assert f["started_at"] == iso(40) and f["ended_at"] is None
+    assert f["evidence"]["queued_at"] == iso(30) and f["evidence"]["wait_s"] == (END - 30) * 60
 
 
 def test_baseline_for_a_job_first_seen_mid_run(built) -> None:
@@ -269,19 +288,15 @@ def test_native_gang_assembled_before_capture_is_healthy(built) -> None:
 def test_bound_when_first_seen_without_own_times_is_not_a_fault(tmp_path) -> None:
     """Pods with no timestamps of their own, already bound and running in the initial list: assembled before
     capture began (said so in the evidence), never timed out for it."""
-    from gangscope import config
+    def fill(raw: Raw) -> None:
+        raw.event(CAPTURE, _podgroup("bare", 2, 60, 0.0, "Running"))
+        for i in range(2):
+            p = pod(NS, f"bare-{i}", "Job", "bare", f"n{i + 1}", "Running", labels={COSCHED: "bare"})
+            p["metadata"]["creationTimestamp"] = iso(0.0)
+            raw.event(CAPTURE, p)
+        raw.event(END, node("n1", "rack-a"))
 
-    settings = config.load(overrides={"data": str(tmp_path / "data")}, environ={})
-    con = lake.connect(settings)
-    raw = Raw()
-    raw.event(CAPTURE, _podgroup("bare", 2, 60, 0.0, "Running"))
-    for i in range(2):
-        p = pod(NS, f"bare-{i}", "Job", "bare", f"n{i + 1}", "Running", labels={COSCHED: "bare"})
-        p["metadata"]["creationTimestamp"] = iso(0.0)
-        raw.event(CAPTURE, p)
-    raw.event(END, node("n1", "rack-a"))
-    raw.write(con)
-    models.build(settings, con)
+    _, con, _ = build_lake(tmp_path / "data", fill)
     rows = {(r["job"], r["root_cause"]): r for r in diagnose.findings(con, include_healthy=True)}
     con.close()
     assert set(rows) == {("bare", "healthy")}
@@ -300,6 +315,11 @@ def _restart_lake(raw: Raw, upto: float) -> None:
         for i in range(2):
             p = pod(NS, f"fine-{i}", "Job", "fine", f"n{i + 1}", "Running")
             raw.event(seen, pod_status(p, 0.0, bound=0.05, started=0.5))
+        # Created just before the stop; bound and running while gangscope was away (seen again only in the relist).
+        for i in range(2):
+            p = pod(NS, f"late-{i}", "Job", "late", None if seen < CAPTURE else f"n{i + 3}", "Pending")
+            raw.event(29.5 if seen < CAPTURE else seen,
+                      pod_status(p, 29.5) if seen < CAPTURE else pod_status(p, 29.5, bound=31.0, started=33.0))
     end = min(upto, 30.0)
     t = 0.0
     while t <= upto:
@@ -309,21 +329,13 @@ def _restart_lake(raw: Raw, upto: float) -> None:
 
 
 def test_restart_is_not_an_incident(tmp_path) -> None:
-    """`gangscope run` stopped 30 minutes and started again: the healthy job gets no finding, the open one stays
-    open with the same start, and nothing is counted twice."""
-    from gangscope import config
-
-    settings = config.load(overrides={"data": str(tmp_path / "data")}, environ={})
-    con = lake.connect(settings)
-
+    """`gangscope run` stopped 30 minutes and started again: the healthy jobs (one of them started while gangscope
+    was away) get no finding, the open one stays open with the same start, and nothing is counted twice."""
     def findings() -> list[tuple[str, str, str, str | None]]:
         return sorted((r["job"], r["root_cause"], r["started_at"], r["ended_at"])
                       for r in diagnose.findings(con, include_healthy=False))
 
-    raw = Raw()
-    _restart_lake(raw, 30.0)
-    raw.write(con)
-    models.build(settings, con)
+    settings, con, _ = build_lake(tmp_path / "data", lambda raw: _restart_lake(raw, 30.0))
     before = findings()
     assert before == [("starved", "admission_quota", iso(10), None)]
     later = Raw()
@@ -333,5 +345,8 @@ def test_restart_is_not_an_incident(tmp_path) -> None:
     later.write(con)
     models.build(settings, con)
     after = findings()
+    late = con.execute("SELECT assembled_at, timed_out, start_up_s FROM intermediate.int_gang WHERE job = 'late'"
+                       ).fetchone()
     con.close()
     assert after == before
+    assert late == (ts(31.0), False, 120.0)  # timed from the pods' own times, not from the relist
