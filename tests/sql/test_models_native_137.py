@@ -253,6 +253,12 @@ def test_one_row_per_object_uid_whatever_the_version(built) -> None:
         assert n == d > 0, model
     jobs = _jobs(con)
     assert len([k for k in jobs if k[1] == "bert-pretrain"]) == 1
+    groups = dict(con.execute("SELECT name, groups FROM staging.stg_native_workloads").fetchall())
+    # 1.37 composite templates (podGroupTemplates: null) and 1.35 podGroups decode to the same entries.
+    assert groups["llm-pretrain"] == [{"name": "driver", "policy": "gang", "min_count": 1},
+                                      {"name": "workers", "policy": "gang", "min_count": 4}]
+    assert groups["hp-sweep"] == [{"name": "driver", "policy": "basic", "min_count": None},
+                                  {"name": "workers", "policy": "gang", "min_count": 4}]
 
 
 def test_conditions_by_type_initially_scheduled_stays_true(built) -> None:
