@@ -149,7 +149,7 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
     assert a is not None
     if wl is not None:
         _admit(tl, j, wl, job, a, c)
-    pods = _create_pods(tl, j, a + 2, j.pod_names, j.pod_uids)
+    pods = _create_pods(tl, j, job, a + 2, j.pod_names, j.pod_uids)
     if pg is not None and j.gang == "coscheduling":
         pg["status"] = {"phase": "Scheduling", "occupiedBy": f"{j.namespace}/{j.name}"}
         tl.emit(a + 3, "MODIFIED", pg)
@@ -183,7 +183,7 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
         _evict(tl, j, wl, job, pods, j.evicted, scn)
         if j.readmit is not None:
             _admit(tl, j, wl, job, j.readmit, j.evicted, requeued=True)
-            pods = _create_pods(tl, j, j.readmit + 2, j.pod_names2, j.pod_uids2)
+            pods = _create_pods(tl, j, job, j.readmit + 2, j.pod_names2, j.pod_uids2)
             _bind(tl, j, pods, j.readmit + 6)
             _run(tl, j, pods, j.readmit + 30, j.readmit + 6)
             o.set_condition(wl, o.condition("PodsReady", "True", "Started",
@@ -233,7 +233,7 @@ def _admit(tl: Timeline, j: SimJob, wl: dict, job: dict, a: float, queued: float
     tl.event(a + 1, job, "Normal", "Started", f"Admitted by clusterQueue {cq}", "kueue-job-controller")
 
 
-def _create_pods(tl: Timeline, j: SimJob, t: float, names: list[str], uids: list[str]) -> list[dict]:
+def _create_pods(tl: Timeline, j: SimJob, job: dict, t: float, names: list[str], uids: list[str]) -> list[dict]:
     pods = []
     for i in range(j.pods):
         p = o.pod(j, i, names[i], uids[i], tl.ts(t), j.cq if j.kueue else None)
@@ -241,6 +241,8 @@ def _create_pods(tl: Timeline, j: SimJob, t: float, names: list[str], uids: list
                                                      "Scheduling is blocked due to non-empty scheduling gates")] \
             if p["spec"].get("schedulingGates") else []
         tl.emit(t + 0.01 * i, "ADDED", p)
+        if j.kind == "Job":  # the Job controller's record of each pod (a JobSet's child Jobs are not modelled)
+            tl.event(t + 0.01 * i, job, "Normal", "SuccessfulCreate", f"Created pod: {names[i]}", "job-controller")
         pods.append(p)
     return pods
 

@@ -4,7 +4,8 @@
 -- pods run, that time from the pods' own timestamps). A job first seen mid-run, whose steady window lies before
 -- its first sample, takes the same length of window from its first observed sample: a steady job stays at
 -- ratio 1 and a job slowing down after capture began is still below it. Samples attach to a job through their
--- pod, else through a job_name label in the namespace.
+-- pod, else (a pod deleted before gangscope saw it) through the Job controller's SuccessfulCreate Event naming
+-- it, else through a job_name label in the namespace.
 -- column: cluster: identity
 -- column: namespace: identity
 -- column: job: identity
@@ -15,10 +16,19 @@
 -- column: ratio: value / baseline
 -- column: judged: the bucket is in the current run and past its warm-up, so a dip counts
 -- column: dip: judged and ratio < throughput_ratio
-WITH per_series AS (
-    SELECT m.cluster, m.namespace, m.ts, m.value, coalesce(p.job, m.job_name) AS job
+WITH created AS (
+    -- Pods gangscope never saw (deleted before it started watching) are still named by the Job controller's
+    -- SuccessfulCreate Event on their Job ("Created pod: <name>"), which outlives them: an earlier run's samples.
+    SELECT DISTINCT cluster, object_namespace AS namespace, object_name AS job,
+           regexp_extract(message, '^Created pod: (.+)$', 1) AS pod
+    FROM staging.stg_events
+    WHERE reason = 'SuccessfulCreate' AND object_kind = 'Job' AND message LIKE 'Created pod: %'
+),
+per_series AS (
+    SELECT m.cluster, m.namespace, m.ts, m.value, coalesce(p.job, c.job, m.job_name) AS job
     FROM intermediate.int_throughput_buckets m
     LEFT JOIN intermediate.int_pod_jobs p ON p.cluster = m.cluster AND p.namespace = m.namespace AND p.pod = m.pod
+    LEFT JOIN created c ON p.pod IS NULL AND c.cluster = m.cluster AND c.namespace = m.namespace AND c.pod = m.pod
 ),
 b AS (
     SELECT cluster, namespace, job, ts, sum(value) AS value FROM per_series WHERE job IS NOT NULL GROUP BY ALL

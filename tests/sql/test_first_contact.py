@@ -139,6 +139,21 @@ def _build(raw: Raw) -> None:
     steady = _kueue_running(raw, "long-runner", ["n1", "n2"], 0.0, CAPTURE, pg="long-runner-pg")
     _throughput(raw, steady, lambda t: 1000.0)
     _kueue_running(raw, "volcano-runner", ["n7", "n8"], 20.0, CAPTURE, pg="volcano-runner-pg", volcano=True)
+    # Issue 20: a re-run whose earlier run (minutes 1-30) was deleted before capture; only the Job controller's
+    # SuccessfulCreate Event (listed, it outlives the pod) and the metrics history tell what it used to do.
+    raw.event(CAPTURE, {"apiVersion": "v1", "kind": "Event",
+                        "metadata": {"name": "rerun.17f3a", "namespace": NS, "creationTimestamp": iso(1.0)},
+                        "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "name": "rerun", "namespace": NS,
+                                           "uid": "uid-rerun-1"},
+                        "reason": "SuccessfulCreate", "message": "Created pod: rerun-0-old", "type": "Normal",
+                        "source": {"component": "job-controller"}, "firstTimestamp": iso(1.0),
+                        "lastTimestamp": iso(1.0), "count": 1})
+    t = 2.0
+    while t < 30:
+        raw.sample(t, "train_tokens_per_second", {"namespace": NS, "pod": "rerun-0-old"}, 1000.0)
+        t += 0.25
+    rerun = _kueue_running(raw, "rerun", ["n14"], 35.0, CAPTURE)
+    _throughput(raw, rerun, lambda t: 500.0)
     # Issue 20: running since before capture and slowing down 20 minutes after it.
     slows = _kueue_running(raw, "slows-later", ["n3"], 5.0, CAPTURE)
     _throughput(raw, slows, lambda t: 1000.0 if t < 80 else 500.0)
@@ -191,7 +206,7 @@ def _primary(con) -> dict[str, str]:
 
 def test_job_list_has_no_phantom_from_podgroup_names(built) -> None:
     _, con = built
-    assert set(_primary(con)) == {"long-runner", "volcano-runner", "slows-later", "waiting", "requeued",
+    assert set(_primary(con)) == {"long-runner", "volcano-runner", "rerun", "slows-later", "waiting", "requeued",
                                   "queued-pg-job", "lonely-pg", "cold-pull", "cold-pull-listed", "stuck-gang",
                                   "stuck-listed", "bert-pretrain"}
     groups = dict(con.execute("SELECT job, pod_group FROM marts.jobs WHERE namespace = ?", [NS]).fetchall())
@@ -207,6 +222,7 @@ def test_job_list_has_no_phantom_from_podgroup_names(built) -> None:
     ("long-runner", "healthy"),
     ("volcano-runner", "healthy"),
     ("slows-later", "unexplained_slowdown"),
+    ("rerun", "unexplained_slowdown"),
     ("waiting", "admission_quota"),
     ("requeued", "admission_quota"),
     ("cold-pull", "healthy"),
@@ -275,6 +291,9 @@ def test_baseline_for_a_job_first_seen_mid_run(built) -> None:
     assert base == [(1000.0, "steady_window")]
     f = _rows(con)[("slows-later", "unexplained_slowdown")]
     assert f["started_at"] == iso(80)
+    base = con.execute("SELECT DISTINCT baseline, baseline_source FROM intermediate.int_job_throughput "
+                       "WHERE job = 'rerun'").fetchall()
+    assert base == [(1000.0, "earlier_runs")]  # the deleted run's samples, attached through its Job's Event
     assert con.execute("SELECT count(*) FROM marts.findings WHERE job = 'long-runner' AND root_cause <> 'healthy'"
                        ).fetchone()[0] == 0
 
