@@ -1,4 +1,10 @@
-"""Shared fixtures: a real embedded Kafka broker and PostgreSQL per session, a lake in a temp dir, settings."""
+"""Shared fixtures: real brokers and PostgreSQL per session, a lake in a temp dir, settings.
+
+Two brokers: the embedded Tansu broker (every test that uses ``settings``) and Apache Kafka
+(tests/servers/kafka.py). A test marked ``both_brokers`` runs once on each: ids ``[tansu]`` and
+``[kafka]``. Mark the tests whose subject is Kafka behaviour (publish, consume, groups, landing
+exactly once, replay, the run service), not every test that happens to need a broker.
+"""
 
 from __future__ import annotations
 
@@ -10,22 +16,55 @@ import pytest
 
 from gangscope import config
 from gangscope.transport.broker import EmbeddedBroker
-from tests.servers import postgres
+from tests.servers import kafka, postgres
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
 
+BROKERS = ("tansu", "kafka")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "both_brokers: run on the embedded broker and on Apache Kafka")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "broker" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_brokers"):
+        metafunc.parametrize("broker", BROKERS, indirect=True)
+
+
 @pytest.fixture(scope="session")
-def broker() -> Iterator[EmbeddedBroker]:
-    """A real Kafka-protocol broker (Tansu) on a free loopback port."""
+def tansu_broker() -> Iterator[EmbeddedBroker]:
+    """The embedded Kafka-protocol broker (Tansu) on a free loopback port."""
     b = EmbeddedBroker().start()
     yield b
     b.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka_server() -> Iterator[kafka.KafkaServer]:
+    """Apache Kafka, one KRaft node with a PLAINTEXT and a SASL_SSL listener. In CI a missing Kafka fails."""
+    try:
+        server = kafka.start()
+    except RuntimeError as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(e))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(request: pytest.FixtureRequest) -> EmbeddedBroker | kafka.KafkaServer:
+    """The broker of this test: Tansu unless the test is marked ``both_brokers`` (then each in turn)."""
+    name = getattr(request, "param", "tansu")
+    return request.getfixturevalue("kafka_server" if name == "kafka" else "tansu_broker")
+
+
 @pytest.fixture
-def settings(tmp_path: Path, broker: EmbeddedBroker, request: pytest.FixtureRequest) -> config.Settings:
-    """Settings pointing at the session broker, with topics and group unique to this test."""
+def settings(tmp_path: Path, broker: EmbeddedBroker | kafka.KafkaServer, request: pytest.FixtureRequest
+             ) -> config.Settings:
+    """Settings pointing at this test's broker, with topics and group unique to this test."""
     prefix = f"t{abs(hash(request.node.nodeid)) % 10**8}."
     return config.load(
         overrides={

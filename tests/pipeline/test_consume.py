@@ -8,9 +8,13 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from gangscope import config
 from pipeline import consume, lake
 from tests.pipeline.helpers import landed_counts, publish, start_pipeline
+
+pytestmark = pytest.mark.both_brokers  # Kafka behaviour: on the embedded broker and on Apache Kafka
 
 
 def test_restart_resumes_where_it_stopped_whatever_kafka_committed(settings: config.Settings) -> None:

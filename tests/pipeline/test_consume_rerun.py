@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from gangscope import config
 from gangscope.transport.publish import Publisher
 from pipeline import consume, lake
 from tests.pipeline.helpers import landed_counts, pod_event, publish
+
+pytestmark = pytest.mark.both_brokers  # Kafka behaviour: on the embedded broker and on Apache Kafka
 
 
 def _run_until(settings: config.Settings, acked: dict[tuple[str, int], int]) -> consume.ConsumeStats:
