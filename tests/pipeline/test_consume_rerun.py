@@ -66,7 +66,7 @@ def test_readers_get_a_clear_error_and_writers_a_complete_lake(offline_settings:
         con.close()
 
 
-def test_idempotent_producer_keeps_order_on_the_embedded_broker(settings: config.Settings) -> None:
+def test_idempotent_producer_keeps_order(settings: config.Settings) -> None:
     """The publisher's producer runs idempotent (a batch resent after a lost ack is not stored twice); the
     embedded broker accepts it, and one object's events land once each, in order."""
     import dataclasses
