@@ -44,7 +44,7 @@ def test_kcat_reads_keys_and_json_values_of_each_topic(kafka_server: kafka.Kafka
     bootstrap = kafka_server.bootstrap
     settings = config.load(overrides={"data": str(tmp_path / "data"), "kafka": {
         "bootstrap_servers": bootstrap, "topic_prefix": f"kc{uuid.uuid4().hex[:6]}."}}, environ={})
-    acked = publish(settings, range(30), range(12))  # gzip, the producer's default codec
+    acked = publish(settings, range(30), range(12))  # zstd, the producer's default codec
     topics = pkafka.topics(settings)
     k8s = _read(kcat, bootstrap, topics[K8S])
     scrapes = _read(kcat, bootstrap, topics[SCRAPE])
