@@ -9,8 +9,9 @@ exactly once, replay, the run service), not every test that happens to need a br
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -22,6 +23,17 @@ REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
 
 BROKERS = ("tansu", "kafka")
+T = TypeVar("T")
+
+
+def _started(start: Callable[[], T]) -> T:
+    """A test server, started; a machine that cannot run it skips the tests that need it, except in CI."""
+    try:
+        return start()
+    except RuntimeError as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(e))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -44,12 +56,7 @@ def tansu_broker() -> Iterator[EmbeddedBroker]:
 @pytest.fixture(scope="session")
 def kafka_server() -> Iterator[kafka.KafkaServer]:
     """Apache Kafka, one KRaft node with a PLAINTEXT and a SASL_SSL listener. In CI a missing Kafka fails."""
-    try:
-        server = kafka.start()
-    except RuntimeError as e:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(e))
+    server = _started(kafka.start)
     yield server
     server.stop()
 
@@ -93,11 +100,6 @@ def reference() -> Path:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[postgres.PostgresServer]:
     """A private PostgreSQL server on a free loopback port (password auth). In CI a missing server fails."""
-    try:
-        server = postgres.start()
-    except RuntimeError as e:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(e))
+    server = _started(postgres.start)
     yield server
     server.stop()
