@@ -29,7 +29,7 @@ class KafkaSettings:
     bootstrap_servers: str | None = None  # None: start the embedded broker
     topic_prefix: str = "gangscope."
     partitions: int = 4
-    compression: str = "gzip"
+    compression: str = "zstd"  # by measurement: docs/records.md, bench/codecs.py
     # Passed through to kafka-python (security_protocol, sasl_mechanism, sasl_plain_username,
     # sasl_plain_password, ssl_cafile, ssl_certfile, ssl_keyfile, ...). Never logged.
     security: dict[str, Any] = field(default_factory=dict)

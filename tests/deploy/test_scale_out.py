@@ -70,6 +70,7 @@ def _wait(cond, timeout_s: float, what: str, logs: list[Path]) -> None:
     pytest.fail(f"timed out waiting for {what}\n{tails}")
 
 
+@pytest.mark.both_brokers
 def test_two_writers_kill9_exactly_once(settings: config.Settings, pg_catalog: str, tmp_path: Path) -> None:
     settings.catalog = pg_catalog
     settings.pipeline.batch_records = 200  # many small commits: the kill lands between or inside one

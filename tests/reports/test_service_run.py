@@ -97,6 +97,7 @@ def _wait_for(proc: subprocess.Popen, text: str, timeout_s: float = 60.0) -> lis
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.both_brokers
 def test_run_lands_every_scrape_and_stops_cleanly_on_sigterm(settings, tmp_path):
     exporter = Exporter()
     config = _config(settings, tmp_path, collectors=["metrics"],
