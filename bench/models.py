@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         settings = config.load(overrides={"data": str(work / "data"), "memory_limit": args.memory_limit}, environ={})
         print(f"memory_limit={settings.memory_limit}", flush=True)
-        _k8s(settings, work, args.nodes, args.hours)
+        _k8s(settings, work, max(args.nodes, 16), args.hours)  # the mixed scenario needs 16 nodes for its jobs
         ticks = int(args.hours * 240)
         con = lake.connect(settings)
         t = time.perf_counter()
