@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ class KafkaSettings:
     bootstrap_servers: str | None = None  # None: start the embedded broker
     topic_prefix: str = "gangscope."
     partitions: int = 4
-    compression: str = "gzip"
+    compression: str = "zstd"  # by measurement: docs/records.md, bench/codecs.py
     # Passed through to kafka-python (security_protocol, sasl_mechanism, sasl_plain_username,
     # sasl_plain_password, ssl_cafile, ssl_certfile, ssl_keyfile, ...). Never logged.
     security: dict[str, Any] = field(default_factory=dict)
@@ -66,6 +67,16 @@ class MetricsSettings:
     # Processes that parse and encode scrapes (collectors/metrics/scrape.py). None: one per core
     # when there are at least 100 targets, else parse in the scraper; 0: always in the scraper.
     parse_workers: int | None = None
+    # A scrape whose (decompressed) body is larger fails whole (up=0), like Prometheus' body_size_limit.
+    max_body_bytes: int = 64 << 20
+
+
+@dataclass
+class RemoteWriteSettings:
+    """The Prometheus remote-write receiver (collector ``remote_write`` of ``run``; docs/collectors-metrics.md)."""
+
+    ack_timeout_s: float = 20.0  # answer 503 (Prometheus retries) when Kafka has not acknowledged by then
+    max_buffered_records: int = 50_000  # records waiting for Kafka above which new requests get 503 at once
 
 
 @dataclass
@@ -146,10 +157,14 @@ class Settings:
     catalog: str | None = None  # None: sqlite:<data>/catalog.sqlite; or postgres://...
     # DuckLake DATA_PATH for the Parquet files; None: <data>/lake. Object storage: s3://bucket/lake/ (issue #8).
     lake_data_path: str | None = None
+    # DuckDB's memory per lake connection (model builds, the pipeline's writer, reports); past it DuckDB spills to
+    # <data>/tmp. None: DuckDB's default, 80% of RAM (a full build at 1,024 GPUs x 6 h then peaked at 2.7 GB RSS).
+    memory_limit: str | None = "512MB"
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
     k8s: K8sSettings = field(default_factory=K8sSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    remote_write: RemoteWriteSettings = field(default_factory=RemoteWriteSettings)
     thresholds: Thresholds = field(default_factory=Thresholds)
     schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
@@ -157,7 +172,7 @@ class Settings:
     log: LogSettings = field(default_factory=LogSettings)
     clock: ClockSettings = field(default_factory=ClockSettings)
     findings: FindingsSettings = field(default_factory=FindingsSettings)
-    collectors: list[str] = field(default_factory=list)  # for `run`: k8s, metrics
+    collectors: list[str] = field(default_factory=list)  # for `run`: k8s, metrics, remote_write
 
     @property
     def catalog_url(self) -> str:
@@ -168,6 +183,7 @@ class Settings:
         return self.data / "lake"
 
 
+COLLECTORS = ("k8s", "metrics", "remote_write")
 _SHORT_ENV = {"GANGSCOPE_DATA": ("data",), "GANGSCOPE_CLUSTER": ("cluster",), "GANGSCOPE_CATALOG": ("catalog",)}
 
 
@@ -321,6 +337,8 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"kafka.compression: unknown codec {s.kafka.compression!r}")
     if s.log.format not in ("text", "json"):
         raise ConfigError(f"log.format: expected text or json, got {s.log.format!r}")
+    if s.memory_limit and not re.fullmatch(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", s.memory_limit, re.I):
+        raise ConfigError(f"memory_limit: expected a size such as 512MB or 2GiB, got {s.memory_limit!r}")
     if s.catalog and not s.catalog.startswith(("sqlite:", "postgres:", "postgresql:")):
         raise ConfigError(f"catalog: expected sqlite:PATH or postgres://..., got {s.catalog!r}")
     if s.findings.alert_ttl_s <= s.findings.alert_resend_s:
@@ -329,5 +347,5 @@ def _validate(s: Settings) -> None:
     if s.clock.speed <= 0:
         raise ConfigError("clock.speed: must be positive")
     for c in s.collectors:
-        if c not in ("k8s", "metrics"):
-            raise ConfigError(f"collectors: unknown collector {c!r} (known: k8s, metrics)")
+        if c not in COLLECTORS:
+            raise ConfigError(f"collectors: unknown collector {c!r} (known: {', '.join(COLLECTORS)})")
