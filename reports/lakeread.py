@@ -1,0 +1,79 @@
+"""Reading the marts for the report: columns by name, rows as dicts, tolerant of models not built yet.
+
+Columns are read by name where they exist (``rows``), so a model that gains or renames a column
+degrades one cell, not the report.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+
+_COLUMNS: dict[int, dict[tuple[str, str], list[str]]] = {}  # per connection; each catalog query costs ~50 ms
+
+
+def forget(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop what is known of ``con``'s tables (a fresh look after a build, or when it closes)."""
+    _COLUMNS.pop(id(con), None)
+
+
+def columns(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[str]:
+    if id(con) not in _COLUMNS:
+        by: dict[tuple[str, str], list[str]] = {}
+        for s, t, c in con.execute(
+                "SELECT table_schema, table_name, column_name FROM information_schema.columns "
+                "WHERE table_catalog = 'lake' ORDER BY table_schema, table_name, ordinal_position").fetchall():
+            by.setdefault((s, t), []).append(c)
+        _COLUMNS[id(con)] = by
+    return _COLUMNS[id(con)].get((schema, table), [])
+
+
+def rows(con: duckdb.DuckDBPyConnection, schema: str, table: str, where: str = "", order: str = "",
+         params: list[Any] | None = None, limit: int | None = None) -> tuple[list[str], list[dict[str, Any]]] | None:
+    """All columns of ``schema.table`` as dicts, or None if the model is not built."""
+    cols = columns(con, schema, table)
+    if not cols:
+        return None
+    sql = f'SELECT * FROM {schema}."{table}"' + (f" WHERE {where}" if where else "") + \
+        (f" ORDER BY {order}" if order else "") + (f" LIMIT {int(limit)}" if limit else "")
+    cur = con.execute(sql, params or [])
+    names = [d[0] for d in cur.description]
+    return names, [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def one(con: duckdb.DuckDBPyConnection, schema: str, table: str, finding: dict[str, Any]) -> dict[str, Any]:
+    """The model's row for the finding's job (empty when none or not built)."""
+    got = rows(con, schema, table, where="cluster = ? AND namespace = ? AND job = ?",
+               params=[finding.get("cluster"), finding.get("namespace"), finding.get("job")], limit=1)
+    return got[1][0] if got and got[1] else {}
+
+
+def as_json(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except ValueError:
+            return v
+    return v
+
+
+def first(row: dict[str, Any], *names: str) -> Any:
+    for n in names:
+        if row.get(n) is not None:
+            return row[n]
+    return None
+
+
+def as_dt(v: Any) -> datetime | None:
+    if isinstance(v, datetime):
+        return v if v.tzinfo else v.replace(tzinfo=UTC)
+    if isinstance(v, str) and v:
+        try:
+            d = datetime.fromisoformat(v.replace("Z", "+00:00"))
+            return d if d.tzinfo else d.replace(tzinfo=UTC)
+        except ValueError:
+            return None
+    return None
