@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 
 from reports import charts
-from reports.lakeread import as_dt, as_json, columns, first, one
+from reports.lakeread import as_dt, as_json, columns, first, memo, one
 from reports.nextsteps import pct, rate
 
 BW_SIGNALS = {"nvlink_bw": "NVLink", "ib_bw": "InfiniBand", "pcie_bw": "PCIe"}
@@ -111,7 +111,10 @@ def _worst_node(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: di
             after = [v for t, v in by[k] if onset is None or t >= onset] or [v for _, v in by[k]]
             b = before(k)
             return median(after) / b if b > 0 else 1.0
-        key = min(by, key=low)
+        moving = [k for k in by if before(k) > 0]
+        if not moving:  # no traffic on any of its nodes: nothing to chart
+            return None, ""
+        key = min(moving, key=low)
         base = before(key)
     points = by[key]
     series = [charts.Series(f"{BW_SIGNALS[key[1]]} on {key[0]}", [(t, v / 1e9) for t, v in points])]
@@ -153,7 +156,11 @@ def job_chart(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: dict
     if bw:
         panels.append(bw)
         parts.append(bw_text)
-    data_end = max([t for p in panels for s in p.series for t, _ in s.points] + [anchor + timedelta(minutes=5)])
+    as_of = memo(con, ("as_of", finding.get("cluster")), lambda: con.execute(
+        "SELECT max(as_of) FROM intermediate.int_as_of WHERE cluster = ?", [finding.get("cluster")]).fetchone()[0]
+        if columns(con, "intermediate", "int_as_of") else None)
+    data_end = as_dt(as_of) or max([t for p in panels for s in p.series for t, _ in s.points]
+                                   + [anchor + timedelta(minutes=5)])
     lanes = _lanes(con, finding, job, preemptions, min(data_end, t1))
     if lanes:
         parts.append("layers: " + ", ".join(f"{b.label} {b.start:%H:%M}-{b.end:%H:%M}" for b in lanes))

@@ -7,17 +7,30 @@ degrades one cell, not the report.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
 
 _COLUMNS: dict[int, dict[tuple[str, str], list[str]]] = {}  # per connection; each catalog query costs ~50 ms
+# Per connection: results read once for the whole report. A query on the lake costs 50-100 ms, so one
+# lookup per flagged job per table made a 500-job report take minutes (bench/report.py).
+_MEMO: dict[int, dict[Any, Any]] = {}
 
 
 def forget(con: duckdb.DuckDBPyConnection) -> None:
     """Drop what is known of ``con``'s tables (a fresh look after a build, or when it closes)."""
     _COLUMNS.pop(id(con), None)
+    _MEMO.pop(id(con), None)
+
+
+def memo(con: duckdb.DuckDBPyConnection, key: Any, read: Callable[[], Any]) -> Any:
+    """``read()`` once per connection and ``key``."""
+    cache = _MEMO.setdefault(id(con), {})
+    if key not in cache:
+        cache[key] = read()
+    return cache[key]
 
 
 def columns(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[str]:
@@ -45,10 +58,15 @@ def rows(con: duckdb.DuckDBPyConnection, schema: str, table: str, where: str = "
 
 
 def one(con: duckdb.DuckDBPyConnection, schema: str, table: str, finding: dict[str, Any]) -> dict[str, Any]:
-    """The model's row for the finding's job (empty when none or not built)."""
-    got = rows(con, schema, table, where="cluster = ? AND namespace = ? AND job = ?",
-               params=[finding.get("cluster"), finding.get("namespace"), finding.get("job")], limit=1)
-    return got[1][0] if got and got[1] else {}
+    """The model's row for the finding's job (empty when none or not built); the table is read once."""
+    def read() -> dict[tuple[Any, Any, Any], dict[str, Any]]:
+        got = rows(con, schema, table)
+        by: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+        for r in got[1] if got else []:
+            by.setdefault((r.get("cluster"), r.get("namespace"), r.get("job")), r)
+        return by
+    return memo(con, ("one", schema, table), read).get(
+        (finding.get("cluster"), finding.get("namespace"), finding.get("job")), {})
 
 
 def as_json(v: Any) -> Any:

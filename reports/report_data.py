@@ -16,7 +16,7 @@ import duckdb
 
 from reports import fleet as fleet_view
 from reports.jobchart import JobChart, job_chart
-from reports.lakeread import as_dt, as_json, columns, first, forget, one, rows
+from reports.lakeread import as_dt, as_json, columns, first, forget, memo, one, rows
 from reports.nextsteps import Explained, explain
 
 log = logging.getLogger(__name__)
@@ -72,10 +72,12 @@ class ReportData:
 def _throughput_facts(con: duckdb.DuckDBPyConnection, finding: dict[str, Any]) -> list[tuple[str, Any]]:
     if not columns(con, "intermediate", "int_job_throughput"):
         return []
-    row = con.execute(
-        "SELECT any_value(baseline), min(ratio) FILTER (WHERE judged), count(*) FILTER (WHERE dip), "
-        "count(*) FILTER (WHERE judged) FROM intermediate.int_job_throughput WHERE cluster = ? AND namespace = ? "
-        "AND job = ?", [finding.get("cluster"), finding.get("namespace"), finding.get("job")]).fetchone()
+    by = memo(con, "throughput_facts", lambda: {
+        (c, n, j): rest for c, n, j, *rest in con.execute(
+            "SELECT cluster, namespace, job, any_value(baseline), min(ratio) FILTER (WHERE judged), "
+            "count(*) FILTER (WHERE dip), count(*) FILTER (WHERE judged) FROM intermediate.int_job_throughput "
+            "GROUP BY ALL").fetchall()})
+    row = by.get((finding.get("cluster"), finding.get("namespace"), finding.get("job")))
     if not row or row[3] == 0:
         return []
     return [("baseline throughput (items/s)", row[0]), ("lowest ratio to baseline", row[1]),
@@ -93,12 +95,12 @@ def _layers(con: duckdb.DuckDBPyConnection, finding: dict[str, Any],
     if not facts["queue"] and job.get("cluster_queue"):
         facts["queue"].append(("cluster_queue", job["cluster_queue"]))
     cq = job.get("cluster_queue") or next((v for k, v in facts["queue"] if k == "cluster_queue"), None)
-    if cq:
-        q = rows(con, "marts", "queue_health", where="cluster = ? AND cluster_queue = ?",
-                 params=[finding.get("cluster"), cq], limit=1)
-        if q and q[1]:
-            facts["queue"] += [(f"queue {k}", v) for k, v in q[1][0].items()
-                               if k in ("pending", "wait_p95_s", "blocked_quota", "blocked_topology")]
+    queues = memo(con, "queue_health", lambda: {(r.get("cluster"), r.get("cluster_queue")): r
+                                                for r in (rows(con, "marts", "queue_health") or ([], []))[1]})
+    q = queues.get((finding.get("cluster"), cq)) if cq else None
+    if q:
+        facts["queue"] += [(f"queue {k}", v) for k, v in q.items()
+                           if k in ("pending", "wait_p95_s", "blocked_quota", "blocked_topology")]
     facts["throughput"] += _throughput_facts(con, finding)
     return [(layer, layer == cause, facts[layer]) for layer in LAYERS]
 

@@ -132,3 +132,16 @@ def test_commands_quote_cluster_names() -> None:
         for step in nextsteps.explain({**f, "root_cause": cause}).steps:
             for cmd in (step.check, step.act or ""):
                 assert "; rm" not in cmd.replace(f"'{evil}'", "")
+
+
+@pytest.mark.timeout(300)
+def test_diagnose_table_has_one_next_line_per_finding(sim_lakes) -> None:
+    found, truth = _findings(sim_lakes, "mixed")
+    rows = [r for r in found.values() if r["root_cause"] != "healthy"]
+    lines = diagnose.to_table(rows).splitlines()
+    assert sum(line.startswith("  next: ") for line in lines) == len(rows)
+    for row_line, next_line in zip(lines[1::2], lines[2::2], strict=True):
+        assert not row_line.startswith(" ") and next_line.startswith("  next: ")
+        if " gpu_fault " in row_line:
+            node = next(f["node"] for f in truth["faults"] if f["kind"] == "xid" and not f["trap"])
+            assert f"$ kubectl cordon {node} && kubectl drain {node} " in next_line
