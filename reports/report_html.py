@@ -27,7 +27,7 @@ max-width:1100px;font-size:15px;line-height:1.45}
 h1{font-size:22px;margin:8px 0}h2{font-size:19px;border-bottom:2px solid #ccc;padding-bottom:4px;margin-top:28px}
 h3{font-size:16px;margin:10px 0 4px}h4{font-size:15px;margin:10px 0 2px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0;max-width:100%}
-td,th{border:1px solid #ccc;padding:4px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+td,th{border:1px solid #ccc;padding:4px 6px;text-align:left;vertical-align:top;overflow-wrap:break-word}
 th{background:#eee}
 .scroll{overflow-x:auto;max-width:100%}
 .badge{display:inline-block;padding:1px 8px;border-radius:9px;color:#fff;font-size:13px}
