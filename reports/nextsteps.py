@@ -372,7 +372,15 @@ def _admission_topology(f: dict[str, Any], ev: dict[str, Any], out: Explained) -
             out.sentences.append(f"The largest free {level} domain now is {t['largest_free_domain']} with "
                                  f"{number(t.get('largest_free_gpus'))} free GPUs (at most "
                                  f"{number(t.get('largest_free_node_gpus'))} on one node).")
-        if fit == 0:
+        per_pod, node_gpus = t.get("gpus_per_pod"), t.get("largest_node_gpus")
+        if per_pod is not None:
+            out.sentences.append(f"Each pod asks for {number(per_pod)} GPUs"
+                                 + (f"; the largest node has {number(node_gpus)}." if node_gpus is not None else "."))
+        if per_pod is not None and node_gpus is not None and float(per_pod) > float(node_gpus):
+            action = (f"No node can ever hold one pod of {f.get('namespace')}/{f.get('job')}: each asks for "
+                      f"{number(per_pod)} GPUs and the largest node has {number(node_gpus)}; split each pod's "
+                      f"GPUs over {-(-int(float(per_pod)) // max(int(float(node_gpus)), 1))} pods.")
+        elif fit == 0:
             action = (f"No {level} domain can hold even one pod: check the pods' GPU request against the "
                       f"{number(t.get('largest_free_node_gpus'))} GPUs a node has free, or free a whole domain.")
         else:

@@ -32,7 +32,7 @@ def build(scn: Scenario, start: datetime) -> dict[str, Any]:
             "root_cause": j.root_cause, "onset": _ts(start, j.onset) if j.root_cause != "healthy" else None,
             "nodes": [n.name for n in j.nodes], "workload": j.workload, "pod_group": j.pod_group,
             "gang": j.gang, "kueue": j.kueue, "created": _ts(start, j.created),
-            "cluster_queue": j.cq if j.kueue else None,
+            "cluster_queue": j.cq if j.kueue else None, "gpus_per_pod": j.gpus_per_pod,
             "topology": None if not j.kueue or j.required is None else
             {"level": j.required, "mode": "preferred" if j.preferred else "required"},
             "preemptor": f"{j.preemptor.namespace}/{j.preemptor.name}" if j.preemptor else None,

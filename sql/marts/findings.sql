@@ -121,6 +121,10 @@ adm AS (
     FROM intermediate.int_admission a JOIN j USING (cluster, namespace, job)
     WHERE a.blocked_by IS NOT NULL AND a.wait_s > getvariable('admission_wait_s')
 ),
+adm_pods AS (
+    SELECT a.cluster, a.namespace, a.job, w.gpus / nullif(w.pod_count, 0) AS gpus_per_pod
+    FROM adm a JOIN staging.stg_workloads w ON w.cluster = a.cluster AND w.namespace = a.namespace AND w.name = a.workload
+),
 adm_quota AS (
     SELECT a.cluster, a.namespace, a.job, c.cohort, c.nominal_quota, c.borrowing_limit, c.used,
            (SELECT sum(greatest(o.nominal_quota - coalesce(o.used, 0), 0)) FROM staging.stg_cluster_queues o
@@ -131,8 +135,9 @@ adm_quota AS (
      AND c.flavor = a.q_flavor AND c.resource = a.q_resource
 ),
 adm_domains AS (
-    SELECT cluster, namespace, job, domain, sum(free_gpus) AS free_gpus, max(free_gpus) AS node_free_gpus
-    FROM (SELECT a.cluster, a.namespace, a.job, f.free_gpus,
+    SELECT cluster, namespace, job, domain, sum(free_gpus) AS free_gpus, max(free_gpus) AS node_free_gpus,
+           max(gpus) AS node_gpus
+    FROM (SELECT a.cluster, a.namespace, a.job, f.free_gpus, f.gpus,
                  json_extract_string(f.labels, '$."' || a.level || '"') AS domain
           FROM adm a JOIN intermediate.int_free_gpus f ON f.cluster = a.cluster AND f.schedulable
           WHERE a.blocked_by = 'topology' AND a.level IS NOT NULL)
@@ -141,7 +146,7 @@ adm_domains AS (
 ),
 adm_free AS (
     SELECT cluster, namespace, job, arg_max(domain, free_gpus) AS domain, max(free_gpus) AS free_gpus,
-           arg_max(node_free_gpus, free_gpus) AS node_free_gpus
+           arg_max(node_free_gpus, free_gpus) AS node_free_gpus, max(node_gpus) AS node_gpus
     FROM adm_domains GROUP BY ALL
 ),
 adm_f AS (
@@ -163,7 +168,8 @@ adm_f AS (
                     'topology': CASE WHEN a.blocked_by = 'topology' THEN
                         {'level': a.level, 'fit_pods': a.fit_pods, 'want_pods': a.want_pods,
                          'largest_free_domain': fr.domain, 'largest_free_gpus': fr.free_gpus,
-                         'largest_free_node_gpus': fr.node_free_gpus} END}) AS evidence,
+                         'largest_free_node_gpus': fr.node_free_gpus, 'largest_node_gpus': fr.node_gpus,
+                         'gpus_per_pod': ap.gpus_per_pod} END}) AS evidence,
            format('Not admitted for {} min{}: {}', round(a.wait_s / 60)::INTEGER,
                   CASE WHEN a.admitted_at IS NULL THEN ' and counting' ELSE '' END,
                   coalesce(a.reason || ' - ' || a.message,
@@ -171,6 +177,7 @@ adm_f AS (
     FROM adm a
     LEFT JOIN adm_quota q USING (cluster, namespace, job)
     LEFT JOIN adm_free fr USING (cluster, namespace, job)
+    LEFT JOIN adm_pods ap USING (cluster, namespace, job)
 ),
 gang_pods AS (
     -- Members without a node, and the schedulable nodes with the most free GPUs (those that come closest).

@@ -75,7 +75,9 @@ def test_next_step_names_the_right_object(sim_lakes, cause: str) -> None:
             assert "nvidia.com/gpu" in steps[0]["action"] and "no cohort" in text
         elif cause == "admission_topology":
             assert j["topology"]["level"] in text and j["cluster_queue"] in text
-            assert "largest free" in text
+            assert "largest free" in text and f"Each pod asks for {j['gpus_per_pod']} GPUs" in text
+            # The simulator's nodes have 8 GPUs (docs/simulator.md): a bigger pod can never be placed.
+            assert ("No node can ever hold one pod" in steps[0]["action"]) == (j["gpus_per_pod"] > 8)
         elif cause == "gang_assembly":
             assert j["unscheduled_pods"]
             assert all(p in text for p in j["unscheduled_pods"])
