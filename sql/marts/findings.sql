@@ -127,11 +127,11 @@ adm_pods AS (
 ),
 adm_quota AS (
     SELECT a.cluster, a.namespace, a.job, c.cohort, c.nominal_quota, c.borrowing_limit, c.used,
-           (SELECT sum(greatest(o.nominal_quota - coalesce(o.used, 0), 0)) FROM staging.stg_cluster_queues o
+           (SELECT sum(greatest(o.nominal_quota - coalesce(o.used, 0), 0)) FROM staging.stg_cluster_queue_quotas o
             WHERE o.cluster = c.cluster AND o.cohort = c.cohort AND o.cluster_queue <> c.cluster_queue
               AND o.flavor = c.flavor AND o.resource = c.resource) AS cohort_unused
     FROM adm a
-    JOIN staging.stg_cluster_queues c ON c.cluster = a.cluster AND c.cluster_queue = a.cluster_queue
+    JOIN staging.stg_cluster_queue_quotas c ON c.cluster = a.cluster AND c.cluster_queue = a.cluster_queue
      AND c.flavor = a.q_flavor AND c.resource = a.q_resource
 ),
 adm_domains AS (

@@ -1,4 +1,4 @@
--- Kueue ClusterQueues: one row per ClusterQueue, flavor and resource with its nominal quota, borrowing
+-- Kueue ClusterQueue quotas: one row per ClusterQueue, flavor and resource with its nominal quota, borrowing
 -- limit, cohort and current usage, so a job short of quota can be told whether its cohort could lend it.
 -- column: cluster: cluster name
 -- column: cluster_queue: the ClusterQueue
