@@ -1,6 +1,8 @@
 """Ingest benchmark: land M realistic 8-GPU dcgm-exporter scrapes vs. merely reading them from Kafka.
 
-Usage: ``python bench/ingest.py [--records M]``. Starts the embedded broker, publishes M scrape
+Usage: ``python bench/ingest.py [--records M] [--broker tansu|kafka|both]``. Starts the broker
+(default ``both``: the embedded Tansu broker, then Apache Kafka as the tests run it, each in its own
+process run and each line prefixed with its name), publishes M scrape
 records (200 samples each: the 23 dcgm-exporter series of the reference L4 scrape plus two DCP
 profiling series, for 8 GPUs, with pod attribution labels), then times
 
@@ -24,6 +26,7 @@ import contextlib
 import logging
 import re
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +44,7 @@ from gangscope.transport import kafka as pkafka  # noqa: E402
 from gangscope.transport.broker import EmbeddedBroker  # noqa: E402
 from gangscope.transport.publish import Publisher  # noqa: E402
 from pipeline import consume  # noqa: E402
+from tests.servers import kafka as kafka_server  # noqa: E402
 
 REFERENCE = ROOT.parent / "shared" / "reference" / "telemetry"
 SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\}\s+(\S+)')
@@ -138,6 +142,24 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def start_broker(name: str) -> EmbeddedBroker | kafka_server.KafkaServer:
+    """The embedded broker, or Apache Kafka as tests/servers/kafka.py starts it (jars from .ci/run's cache)."""
+    return EmbeddedBroker().start() if name == "tansu" else kafka_server.start()
+
+
+def each_broker(argv: list[str]) -> int:
+    """Run this benchmark once per broker, one after the other, each line prefixed with the broker's name."""
+    rc = 0
+    for name in ("tansu", "kafka"):
+        proc = subprocess.Popen([sys.executable, __file__, *argv, "--broker", name], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout
+        for line in proc.stdout:
+            print(f"[{name}] {line}", end="", flush=True)
+        rc = rc or proc.wait()
+    return rc
+
+
 def median(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
 
@@ -147,9 +169,14 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=24000, help="scrape records to publish (default 24000)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each reader; medians are reported (default 3)")
     ap.add_argument("--batch-records", type=int, default=None, help="pipeline.batch_records (default: settings)")
+    ap.add_argument("--broker", choices=("tansu", "kafka", "both"), default="both",
+                    help="embedded Tansu, Apache Kafka, or both one after the other (default)")
     args = ap.parse_args()
+    if args.broker == "both":
+        return each_broker([a for a in sys.argv[1:] if a not in ("--broker", "both")])
     logging.basicConfig(level=logging.WARNING)
-    broker = EmbeddedBroker().start()
+    logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)  # "task ran for 0.1s": our own CPU load
+    broker = start_broker(args.broker)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             pipeline: dict[str, object] = {"idle_seconds": 2.0}

@@ -29,7 +29,7 @@ class KafkaSettings:
     bootstrap_servers: str | None = None  # None: start the embedded broker
     topic_prefix: str = "gangscope."
     partitions: int = 4
-    compression: str = "gzip"
+    compression: str = "zstd"  # by measurement: docs/records.md, bench/codecs.py
     # Passed through to kafka-python (security_protocol, sasl_mechanism, sasl_plain_username,
     # sasl_plain_password, ssl_cafile, ssl_certfile, ssl_keyfile, ...). Never logged.
     security: dict[str, Any] = field(default_factory=dict)
@@ -66,6 +66,16 @@ class MetricsSettings:
     # Processes that parse and encode scrapes (collectors/metrics/scrape.py). None: one per core
     # when there are at least 100 targets, else parse in the scraper; 0: always in the scraper.
     parse_workers: int | None = None
+    # A scrape whose (decompressed) body is larger fails whole (up=0), like Prometheus' body_size_limit.
+    max_body_bytes: int = 64 << 20
+
+
+@dataclass
+class RemoteWriteSettings:
+    """The Prometheus remote-write receiver (collector ``remote_write`` of ``run``; docs/collectors-metrics.md)."""
+
+    ack_timeout_s: float = 20.0  # answer 503 (Prometheus retries) when Kafka has not acknowledged by then
+    max_buffered_records: int = 50_000  # records waiting for Kafka above which new requests get 503 at once
 
 
 @dataclass
@@ -130,12 +140,13 @@ class Settings:
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
     k8s: K8sSettings = field(default_factory=K8sSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    remote_write: RemoteWriteSettings = field(default_factory=RemoteWriteSettings)
     thresholds: Thresholds = field(default_factory=Thresholds)
     schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     log: LogSettings = field(default_factory=LogSettings)
-    collectors: list[str] = field(default_factory=list)  # for `run`: k8s, metrics
+    collectors: list[str] = field(default_factory=list)  # for `run`: k8s, metrics, remote_write
 
     @property
     def catalog_url(self) -> str:
@@ -146,6 +157,7 @@ class Settings:
         return self.data / "lake"
 
 
+COLLECTORS = ("k8s", "metrics", "remote_write")
 _SHORT_ENV = {"GANGSCOPE_DATA": ("data",), "GANGSCOPE_CLUSTER": ("cluster",), "GANGSCOPE_CATALOG": ("catalog",)}
 
 
@@ -302,5 +314,5 @@ def _validate(s: Settings) -> None:
     if s.catalog and not s.catalog.startswith(("sqlite:", "postgres:", "postgresql:")):
         raise ConfigError(f"catalog: expected sqlite:PATH or postgres://..., got {s.catalog!r}")
     for c in s.collectors:
-        if c not in ("k8s", "metrics"):
-            raise ConfigError(f"collectors: unknown collector {c!r} (known: k8s, metrics)")
+        if c not in COLLECTORS:
+            raise ConfigError(f"collectors: unknown collector {c!r} (known: {', '.join(COLLECTORS)})")

@@ -17,7 +17,7 @@ import json
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -48,13 +48,20 @@ DEAD_LETTERS = Counter(
 )
 
 # --- collectors -----------------------------------------------------------------------
+# Targets are named scrape_job/scrape_instance: `job`/`instance` are the labels Prometheus itself sets when it
+# scrapes gangscope (ours would become exported_job/exported_instance).
 SCRAPE_UP = Gauge(
-    "gangscope_scrape_up", "1 if the last scrape of the target succeeded, else 0.", ["job", "instance"],
+    "gangscope_scrape_up", "1 if the last scrape of the target succeeded, else 0.", ["scrape_job", "scrape_instance"],
     registry=REGISTRY,
 )
 SCRAPE_DURATION = Gauge(
-    "gangscope_scrape_duration_seconds", "Duration of the last scrape of the target.", ["job", "instance"],
-    registry=REGISTRY,
+    "gangscope_scrape_duration_seconds", "Duration of the last scrape of the target.",
+    ["scrape_job", "scrape_instance"], registry=REGISTRY,
+)
+SCRAPE_FAILURES = Counter(
+    "gangscope_scrape_failures_total", "Failed scrapes (no samples recorded), by reason: timeout, http_status, "
+    "body_too_large, empty_body, not_utf8, content_type, parse_error, skipped, body_cut, connection.",
+    ["scrape_job", "reason"], registry=REGISTRY,
 )
 WATCH_RECONNECTS = Counter(
     "gangscope_watch_reconnects_total", "Watch streams re-opened (closed by server, network error).", ["kind"],
@@ -111,10 +118,13 @@ def records_polled(records: Sequence[Any]) -> None:
         RECORDS_CONSUMED.labels(records[0].topic).inc(len(records))
 
 
-def scrape_done(batch: Any) -> None:
-    """A ``ScrapeBatch`` (up, duration_s, job, instance) just scraped: scrape health per target."""
+def scrape_done(batch: Any, failure: str | None = None) -> None:
+    """A ``ScrapeBatch`` (up, duration_s, job, instance) just scraped: scrape health per target;
+    ``failure`` is the reason class of a failed one."""
     SCRAPE_UP.labels(batch.job, batch.instance).set(1 if batch.up else 0)
     SCRAPE_DURATION.labels(batch.job, batch.instance).set(batch.duration_s)
+    if not batch.up:
+        SCRAPE_FAILURES.labels(batch.job, failure or "connection").inc()
 
 
 def track_publisher(publisher: Any) -> None:
@@ -198,8 +208,34 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
+# A POST route mounted by a stage (the remote-write receiver): (body, request headers) -> (status, headers, body).
+PostRoute = Callable[[bytes, Any], tuple[int, dict[str, str], bytes]]
+MAX_POST_BYTES = 32 << 20
+
+
 class _Handler(BaseHTTPRequestHandler):
     registry: CollectorRegistry = REGISTRY
+    post_routes: dict[str, PostRoute] = {}  # replaced per server by start_http_server
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server API
+        route = self.post_routes.get(self.path.split("?", 1)[0])
+        if route is None:
+            self._send(404, "text/plain; charset=utf-8", b"not found\n")
+            return
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            self._send(411, "text/plain; charset=utf-8", b"Content-Length required\n")
+            return
+        if int(length) > MAX_POST_BYTES:
+            self._send(413, "text/plain; charset=utf-8", f"body over {MAX_POST_BYTES} bytes\n".encode())
+            return
+        code, headers, body = route(self.rfile.read(int(length)), self.headers)
+        self.send_response(code)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server API
         path = self.path.split("?", 1)[0]
@@ -242,13 +278,15 @@ class Server:
     __call__ = stop
 
 
-def start_http_server(listen: str, registry: CollectorRegistry = REGISTRY) -> Server:
-    """Serve ``/metrics`` and ``/healthz`` on ``listen`` (port 0: any free port) in a daemon thread.
+def start_http_server(listen: str, registry: CollectorRegistry = REGISTRY,
+                      post_routes: dict[str, PostRoute] | None = None) -> Server:
+    """Serve ``/metrics`` and ``/healthz`` on ``listen`` (port 0: any free port) in a daemon thread, and the
+    ``post_routes`` stages mount (path -> handler, e.g. remote write's ``/api/v1/write``).
 
     Returns a callable that stops the server; it also carries ``.port`` and ``.url``.
     """
     host, port = parse_listen(listen)
-    handler = type("TelemetryHandler", (_Handler,), {"registry": registry})
+    handler = type("TelemetryHandler", (_Handler,), {"registry": registry, "post_routes": dict(post_routes or {})})
     server_cls = ThreadingHTTPServer
     if ":" in host:
         import socket

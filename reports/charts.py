@@ -1,6 +1,6 @@
 """Inline SVG charts for the HTML report: no scripts, fonts or network, every label escaped.
 
-A job's chart is one time line: a lane of its layers (queued, admitted, gang assembling, running,
+A job's chart is one time line: a lane of its layers (queued, admitted, gang assembling, starting up, running,
 evicted) as coloured bands, then panels (throughput against its baseline, the bandwidth of its worst
 node) on the same time axis, with the finding's onset as a dashed line across all of them, so cause and
 effect line up by eye. Every chart has a ``<title>``, a ``<desc>`` (its text alternative), a labelled
@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 # Okabe & Ito (2008): distinguishable with protanopia, deuteranopia and tritanopia.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 LANE_COLOURS = {"queued": "#E69F00", "admitted": "#56B4E9", "gang assembling": "#CC79A7", "gang incomplete": "#CC79A7",
-                "running": "#009E73", "evicted": "#D55E00"}
+                "starting up": "#F0E442", "running": "#009E73", "evicted": "#D55E00"}
 DASHES = ("", "6,3", "2,2", "8,3,2,3")
 
 
@@ -42,7 +42,7 @@ class Panel:
 
 @dataclass
 class Band:
-    label: str  # queued | admitted | gang assembling | running | evicted
+    label: str  # queued | admitted | gang assembling | starting up | running | evicted
     start: datetime
     end: datetime
     kind: str = ""

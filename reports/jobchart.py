@@ -1,6 +1,6 @@
 """The time line of one flagged job, read from the lake: its layers, throughput, worst node's bandwidth.
 
-Layers (queued, admitted, gang assembling, running, evicted) come from the models' own timestamps
+Layers (queued, admitted, gang assembling, starting up, running, evicted) come from the models' own timestamps
 (``int_admission``, ``int_gang``, ``marts.jobs`` and the job's preemption findings); throughput and its
 baseline from ``int_job_throughput``; the worst node is the one whose bandwidth fell furthest below
 its own median (the finding's ``bandwidth_drops`` name it when there are any).
@@ -36,6 +36,7 @@ def _lanes(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: dict[st
     created = as_dt(first(adm, "created_at") or first(job, "created_at", "first_seen"))
     admitted = as_dt(adm.get("admitted_at"))
     g_start = as_dt(gang.get("assembly_started_at"))
+    assembled = as_dt(gang.get("assembled_at"))
     running = as_dt(gang.get("all_running_at") or job.get("all_running_at"))
     out: list[charts.Band] = []
     evictions = sorted(t for t in (as_dt(p.get("started_at")) for p in preemptions) if t)
@@ -49,9 +50,14 @@ def _lanes(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: dict[st
         preemptions = [p for p in preemptions if (as_dt(p.get("started_at")) or end) > g_start]
     elif admitted:
         out.append(charts.Band("admitted", admitted, g_start or running or end))
-    if g_start or (created and not adm):
+    if (g_start or (created and not adm)) and not gang.get("assembled_before_capture"):
+        # Assembly ends when the members are bound (int_gang.assembled_at); a gang already bound when first
+        # seen has no assembly time of its own to draw.
         start = g_start or created
-        out.append(charts.Band("gang assembling" if running else "gang incomplete", start, running or end))
+        done = assembled or (running if not gang else None)
+        out.append(charts.Band("gang assembling" if done else "gang incomplete", start, done or end))
+    if assembled and running and gang.get("start_up_s") is not None:  # binding to running: image pulls, start-up
+        out.append(charts.Band("starting up", assembled, running))
     if running:
         stops = sorted((as_dt(p.get("started_at")), as_dt(p.get("ended_at"))) for p in preemptions
                        if as_dt(p.get("started_at")))

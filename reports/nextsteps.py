@@ -320,7 +320,52 @@ def _preemption(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
     out.steps.append(Step(action, check))
 
 
+def _admission_config(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
+    """A queue or flavor set up so that nothing can be admitted (evidence.cause_kind 'configuration')."""
+    ns, cause, msg = f.get("namespace"), str(ev.get("cause") or ""), str(ev.get("message") or "")
+    cq, lq = ev.get("cluster_queue"), ev.get("local_queue")
+    out.sentences.append(f"Waiting {duration(ev.get('wait_s'))} for admission (threshold "
+                         f"{duration(ev.get('threshold_s'))}) because of configuration, not a shortage: "
+                         f"{cause.replace('_', ' ')}" + (f" ({ev.get('reason')}: {msg})" if msg else "") + ".")
+    flavor = msg.split("flavor ", 1)[1].split()[0] if "flavor " in msg else None
+    # Which queue object the message names (int_admission writes "ClusterQueue <name>: ..." / "LocalQueue ...").
+    on_cq = not msg.startswith("LocalQueue ")
+    if msg.startswith("ClusterQueue "):
+        cq = msg.split()[1].rstrip(":")
+    if cause == "missing_local_queue":
+        step = Step(f"Create LocalQueue {lq} in namespace {ns} (pointing at a ClusterQueue), or set the job's "
+                    "kueue.x-k8s.io/queue-name label to a LocalQueue that exists.",
+                    f"kubectl get localqueues -n {q(ns)}")
+    elif cause == "missing_cluster_queue":
+        step = Step(f"LocalQueue {lq} points at a ClusterQueue that does not exist: create it or point {lq} at one "
+                    "that does.", f"kubectl get localqueue -n {q(ns)} {q(lq)} -o jsonpath={q('{.spec.clusterQueue}')}")
+    elif cause in ("queue_inactive", "queue_stopped") and on_cq:
+        fix = ("resume it (spec.stopPolicy None) if the stop was not meant" if cause == "queue_stopped"
+               else "fix what its Active condition names (a missing ResourceFlavor or AdmissionCheck)")
+        step = Step(f"ClusterQueue {cq} admits nothing: {fix}.",
+                    f"kubectl get clusterqueue {q(cq)} -o jsonpath="
+                    + q('{.spec.stopPolicy} {.status.conditions[?(@.type=="Active")].message}'))
+    elif cause in ("queue_inactive", "queue_stopped"):
+        fix = ("resume it (spec.stopPolicy None) if the stop was not meant" if cause == "queue_stopped"
+               else "fix what its Active condition names")
+        step = Step(f"LocalQueue {lq} in namespace {ns} admits nothing: {fix}.",
+                    f"kubectl get localqueue -n {q(ns)} {q(lq)} -o jsonpath="
+                    + q('{.spec.stopPolicy} {.status.conditions[?(@.type=="Active")].message}'))
+    elif cause == "no_matching_flavor":
+        step = Step(f"No ResourceFlavor of ClusterQueue {cq} matches {ns}/{f.get('job')}'s pods"
+                    + (f" (flavor {flavor})" if flavor else "") + ": align the job's nodeSelector / affinity / "
+                    "tolerations with the flavor's nodeLabels and tolerations, or add a flavor that matches.",
+                    f"kubectl get resourceflavor {q(flavor)} -o yaml" if flavor
+                    else "kubectl get resourceflavors -o yaml")
+    else:  # misconfigured, admission_gated: Kueue's own message says what
+        step = Step(f"Fix what Kueue names for {ns}/{f.get('job')}: {msg or cause}.", _wl_condition(f, "QuotaReserved"))
+    out.steps.append(step)
+
+
 def _admission_quota(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
+    if ev.get("cause_kind") == "configuration":
+        _admission_config(f, ev, out)
+        return
     qd = _obj(ev.get("quota"))
     cq, res, flavor, short = ev.get("cluster_queue"), qd.get("resource"), qd.get("flavor"), qd.get("short")
     waited = f"Waiting {duration(ev.get('wait_s'))} for admission (threshold {duration(ev.get('threshold_s'))})"

@@ -173,4 +173,18 @@ def collect(con: duckdb.DuckDBPyConnection, cluster: str, since: datetime | None
         got = rows(con, "marts", table, order=order, limit=200)
         assert got is not None
         data.tables.append(Table(title, note, got[0], [tuple(r.values()) for r in got[1]]))
+    data.tables.append(_gang_times(con))
     return data
+
+
+def _gang_times(con: duckdb.DuckDBPyConnection) -> Table:
+    """Assembly (to binding) and start-up (binding to running: image pulls) apart, slowest start-up first."""
+    title = "Gangs: assembly and start-up times"
+    cols = ["namespace", "job", "gang_system", "gang_size", "assembly_s", "timeout_s", "timed_out", "start_up_s",
+            "assembled_before_capture"]
+    if not set(cols) <= set(columns(con, "intermediate", "int_gang")):
+        return Table(title, "model not built yet", [], [], missing=True)
+    got = rows(con, "intermediate", "int_gang", order="start_up_s DESC NULLS LAST, assembly_s DESC", limit=200)
+    assert got is not None
+    return Table(title, "assembly ends when the members are bound; start-up is binding to running (image pulls)",
+                 cols, [tuple(r.get(c) for c in cols) for r in got[1]])

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError, TopicAlreadyExistsError
+from kafka.net.compat import KafkaNetClient
 
 from gangscope.config import Settings
+from gangscope.errors import UserError
 from gangscope.records import topic_names
 
 log = logging.getLogger(__name__)
@@ -24,17 +27,86 @@ def topics(settings: Settings) -> dict[str, str]:
     return topic_names(settings.kafka.topic_prefix)
 
 
+# What kafka-python logs when a connection fails for a reason no retry can fix.
+_FATAL = {
+    "SaslAuthenticationFailedError": "authentication failed (check the SASL user, password and mechanism)",
+    "UnsupportedSaslMechanismError": "the broker does not offer this SASL mechanism",
+    "CERTIFICATE_VERIFY_FAILED": "TLS certificate not trusted (check ssl_cafile)",
+    "WRONG_VERSION_NUMBER": "TLS to a listener that does not speak TLS (check security_protocol)",
+}
+
+
+class _FirstFailure(logging.Handler):
+    """Keeps the first connection failure kafka-python logs; it retries even refused logins until its timeout."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.reason: str | None = None
+        self.done = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        for marker, reason in _FATAL.items():
+            if marker in msg and self.reason is None:
+                self.reason = reason
+                self.done.set()
+
+
+def admin(settings: Settings, bootstrap: str, timeout_s: float = 15.0) -> KafkaAdminClient:
+    """An admin client with the configured security settings. A refused login or an untrusted certificate
+    is a one-line ``UserError`` as soon as kafka-python logs it (it would retry it until its bootstrap
+    timeout, then say only "Unable to bootstrap"); no broker within ``timeout_s`` is one too."""
+    seen = _FirstFailure()
+    clients: list[KafkaNetClient] = []
+    made: list[KafkaAdminClient | BaseException] = []
+
+    def client(**configs: Any) -> KafkaNetClient:  # kafka-python's documented ``kafka_client`` hook
+        clients.append(KafkaNetClient(**configs))
+        return clients[-1]
+
+    def connect() -> None:
+        try:
+            made.append(KafkaAdminClient(bootstrap_servers=bootstrap, bootstrap_timeout_ms=int(timeout_s * 1000),
+                                         kafka_client=client, **_security(settings)))
+        except BaseException as e:  # handed to the caller's thread
+            made.append(e)
+        seen.done.set()
+
+    kafka_log = logging.getLogger("kafka")
+    kafka_log.addHandler(seen)
+    try:
+        connecting = threading.Thread(target=connect, name="kafka-connect", daemon=True)
+        connecting.start()
+        seen.done.wait()
+        if seen.reason is not None:  # stop kafka-python's retries before saying why
+            for c in clients:
+                with contextlib.suppress(Exception):
+                    c.close()
+            connecting.join(5)
+    finally:
+        kafka_log.removeHandler(seen)
+    if seen.reason is not None:
+        if made and isinstance(made[0], KafkaAdminClient):
+            made[0].close()
+        raise UserError(f"Kafka at {bootstrap}: {seen.reason}")
+    if isinstance(made[0], KafkaAdminClient):
+        return made[0]
+    if isinstance(made[0], (KafkaTimeoutError, KafkaConnectionError)):
+        raise UserError(f"Kafka at {bootstrap}: no answer within {timeout_s:.0f} s")
+    raise made[0]
+
+
 def ensure_topics(settings: Settings, bootstrap: str) -> None:
     """Create gangscope's topics with the configured partition count if they are missing."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **_security(settings))
+    admin_client = admin(settings, bootstrap)
     try:
-        existing = set(admin.list_topics())
+        existing = set(admin_client.list_topics())
         new = [NewTopic(t, settings.kafka.partitions, 1) for t in topics(settings).values() if t not in existing]
         if new:
             with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics(new)
+                admin_client.create_topics(new)
     finally:
-        admin.close()
+        admin_client.close()
 
 
 def producer(settings: Settings, bootstrap: str, **overrides: Any) -> KafkaProducer:

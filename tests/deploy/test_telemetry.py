@@ -48,8 +48,8 @@ def test_metrics_endpoint_exposes_every_metric(server: telemetry.Server) -> None
     telemetry.DEAD_LETTERS.labels(topic).inc(2)
     telemetry.CONSUMER_LAG.labels(topic, "3").set(11)
     telemetry.BATCH_SECONDS.observe(0.2)
-    telemetry.scrape_done(ScrapeBatch(cluster="c", target="u", job="dcgm", instance=topic, scraped_at_ms=0,
-                                      up=False, duration_s=0.05))
+    telemetry.scrape_done(ScrapeBatch(cluster="c", target="u", job=f"dcgm-{topic}", instance=topic, scraped_at_ms=0,
+                                      up=False, duration_s=0.05), "timeout")
     telemetry.WATCH_RECONNECTS.labels(topic).inc()
     telemetry.WATCH_RELISTS.labels(topic).inc(2)
     class Pub:
@@ -68,8 +68,12 @@ def test_metrics_endpoint_exposes_every_metric(server: telemetry.Server) -> None
     assert s[("gangscope_records_landed_total", (("topic", topic),))] == 5
     assert s[("gangscope_dead_letters_total", (("topic", topic),))] == 2
     assert s[("gangscope_consumer_lag", (("partition", "3"), ("topic", topic)))] == 11
-    assert s[("gangscope_scrape_up", (("instance", topic), ("job", "dcgm")))] == 0
-    assert s[("gangscope_scrape_duration_seconds", (("instance", topic), ("job", "dcgm")))] == 0.05
+    # Targets under scrape_job/scrape_instance: job/instance are Prometheus' own labels when it scrapes gangscope.
+    target = (("scrape_instance", topic), ("scrape_job", f"dcgm-{topic}"))
+    assert s[("gangscope_scrape_up", target)] == 0
+    assert s[("gangscope_scrape_duration_seconds", target)] == 0.05
+    assert s[("gangscope_scrape_failures_total", (("reason", "timeout"), ("scrape_job", f"dcgm-{topic}")))] == 1
+    assert not any(k[0].startswith("gangscope_scrape") and dict(k[1]).keys() & {"job", "instance"} for k in s)
     assert s[("gangscope_watch_reconnects_total", (("kind", topic),))] == 1
     assert s[("gangscope_watch_relists_total", (("kind", topic),))] == 2
     assert s[("gangscope_publisher_buffered_records", ())] == 100
