@@ -1,8 +1,12 @@
 """Inline SVG charts for the HTML report: no scripts, fonts or network, every label escaped.
 
-A job's time chart stacks panels (throughput, then its nodes' bandwidth) on one shared
-time axis, with admission and gang phases as shaded bands and the finding's onset as a
-vertical line across all panels, so cause and effect line up by eye.
+A job's chart is one time line: a lane of its layers (queued, admitted, gang assembling, starting up, running,
+evicted) as coloured bands, then panels (throughput against its baseline, the bandwidth of its worst
+node) on the same time axis, with the finding's onset as a dashed line across all of them, so cause and
+effect line up by eye. Every chart has a ``<title>``, a ``<desc>`` (its text alternative), a labelled
+time axis and a labelled value axis with units. Colours are the Okabe-Ito palette (safe for the common
+colour-vision deficiencies), and lines also differ by dash, so no meaning rests on colour alone.
+Each chart is drawn for a given width: the report draws it twice (phone and desktop) and shows one.
 """
 
 from __future__ import annotations
@@ -11,8 +15,11 @@ import html
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
-BAND_COLOURS = {"admission": "#fde2a7", "gang": "#cfe3f7", "running": "#d8f0d2"}
+# Okabe & Ito (2008): distinguishable with protanopia, deuteranopia and tritanopia.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+LANE_COLOURS = {"queued": "#E69F00", "admitted": "#56B4E9", "gang assembling": "#CC79A7", "gang incomplete": "#CC79A7",
+                "starting up": "#F0E442", "running": "#009E73", "evicted": "#D55E00"}
+DASHES = ("", "6,3", "2,2", "8,3,2,3")
 
 
 def esc(value: object) -> str:
@@ -23,20 +30,22 @@ def esc(value: object) -> str:
 class Series:
     name: str
     points: list[tuple[datetime, float]]
+    dashed: bool = False
 
 
 @dataclass
 class Panel:
-    title: str  # e.g. "throughput (tokens/s)"
+    title: str  # what is plotted, e.g. "throughput"
+    unit: str = ""  # e.g. "items/s"; the value axis is labelled "<title> (<unit>)"
     series: list[Series] = field(default_factory=list)
 
 
 @dataclass
 class Band:
-    label: str
+    label: str  # queued | admitted | gang assembling | starting up | running | evicted
     start: datetime
     end: datetime
-    kind: str = "gang"  # admission | gang | running
+    kind: str = ""
 
 
 @dataclass
@@ -45,107 +54,168 @@ class Marker:
     at: datetime
 
 
-def _ts(d: datetime) -> float:
-    return d.timestamp()
-
-
 def _fmt_value(v: float) -> str:
     a = abs(v)
-    if a >= 1e9:
-        return f"{v / 1e9:.1f}G"
-    if a >= 1e6:
-        return f"{v / 1e6:.1f}M"
-    if a >= 1e3:
-        return f"{v / 1e3:.1f}k"
+    for div, p in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if a >= div:
+            return f"{v / div:.3g}{p}"
     return f"{v:.3g}"
 
 
+def _head(width: int, height: int, uid: str, title: str, desc: str) -> list[str]:
+    return [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            f'role="img" aria-labelledby="{uid}-t {uid}-d" font-family="sans-serif" class="chart" '
+            'style="max-width:100%;height:auto">',
+            f'<title id="{uid}-t">{esc(title)}</title><desc id="{uid}-d">{esc(desc)}</desc>',
+            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>']
+
+
 def time_chart(panels: list[Panel], bands: list[Band] | None = None, markers: list[Marker] | None = None,
-               width: int = 760, panel_height: int = 130, title: str = "") -> str:
-    """Stacked line panels sharing one time axis; returns an ``<svg>`` element."""
+               width: int = 760, title: str = "", desc: str = "", uid: str = "c", narrow: bool = False) -> str:
+    """The job time line: a lane of bands, then line panels sharing one time axis; returns an ``<svg>``."""
     bands, markers = bands or [], markers or []
-    times = [_ts(t) for p in panels for s in p.series for t, _ in s.points]
-    times += [_ts(b.start) for b in bands] + [_ts(b.end) for b in bands] + [_ts(m.at) for m in markers]
-    if not times:
-        return f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="30" role="img">' \
-               f'<text x="4" y="20" font-size="12">{esc(title)}: no samples</text></svg>'
-    t0, t1 = min(times), max(times)
-    if t1 <= t0:
-        t1 = t0 + 60
-    left, right, top, gap = 64, 150, 22, 26
+    fs = 11 if narrow else 12
+    times = [p[0].timestamp() for pa in panels for s in pa.series for p in s.points]
+    times += [b.start.timestamp() for b in bands] + [b.end.timestamp() for b in bands]
+    times += [m.at.timestamp() for m in markers]
+    left, right = (40, 8) if narrow else (56, 16)
     plot_w = width - left - right
-    height = top + len(panels) * (panel_height + gap) + 20
-    x = lambda t: left + (t - t0) / (t1 - t0) * plot_w  # noqa: E731
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}" font-family="sans-serif">',
-           f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
-           f'<text x="{left}" y="14" font-size="12" font-weight="bold">{esc(title)}</text>']
-    body_top, body_bottom = top, top + len(panels) * (panel_height + gap) - gap
-    for b in bands:
-        x0, x1 = x(_ts(b.start)), x(_ts(b.end))
-        colour = BAND_COLOURS.get(b.kind, "#eeeeee")
-        out.append(f'<rect x="{x0:.1f}" y="{body_top}" width="{max(x1 - x0, 1):.1f}" '
-                   f'height="{body_bottom - body_top}" fill="{colour}" opacity="0.7">'
-                   f'<title>{esc(b.label)}</title></rect>')
-        out.append(f'<text x="{x0 + 2:.1f}" y="{body_bottom - 3}" font-size="9" fill="#555">{esc(b.label)}</text>')
-    colour_i = 0
-    for pi, panel in enumerate(panels):
-        py = top + pi * (panel_height + gap)
+    if not times:
+        out = _head(width, 40, uid, title, desc or "no samples")
+        out.append(f'<text x="4" y="24" font-size="{fs}">{esc(title)}: no samples</text></svg>')
+        return "".join(out)
+    t0, t1 = min(times), max(times)
+    t1 = t1 if t1 > t0 else t0 + 60
+
+    def x(t: float) -> float:
+        return left + (t - t0) / (t1 - t0) * plot_w
+
+    panel_h = 100 if narrow else 120
+    y = 22 + fs  # below the title
+    body: list[str] = [f'<text x="4" y="{fs + 4}" font-size="{fs + 1}" font-weight="bold">{esc(title)}</text>']
+    if bands:  # the lane of layers
+        body.append(f'<text x="4" y="{y}" font-size="{fs}" class="y-label">layers</text>')
+        lane_y = y + 4
+        for b in bands:
+            x0, x1 = x(b.start.timestamp()), x(b.end.timestamp())
+            colour = LANE_COLOURS.get(b.label, "#999999")
+            body.append(f'<rect x="{x0:.1f}" y="{lane_y}" width="{max(x1 - x0, 1.5):.1f}" height="18" fill="{colour}">'
+                        f'<title>{esc(b.label)} {b.start:%H:%M}-{b.end:%H:%M} UTC</title></rect>')
+            if x1 - x0 > len(b.label) * fs * 0.6 + 6:
+                body.append(f'<text x="{x0 + 3:.1f}" y="{lane_y + 13}" font-size="{fs}" fill="#000">'
+                            f'{esc(b.label)}</text>')
+        # A legend line for the bands too narrow to carry their label.
+        lx = left
+        ly = lane_y + 18 + fs + 4
+        for label in dict.fromkeys(b.label for b in bands):
+            w = len(label) * fs * 0.6 + 18
+            if lx + w > width - right:
+                lx, ly = left, ly + fs + 4
+            body.append(f'<rect x="{lx:.1f}" y="{ly - fs + 2}" width="10" height="10" '
+                        f'fill="{LANE_COLOURS.get(label, "#999999")}"/>'
+                        f'<text x="{lx + 13:.1f}" y="{ly}" font-size="{fs}">{esc(label)}</text>')
+            lx += w
+        y = ly + 10
+    top_of_plots = y
+    first_py: float | None = None
+    for panel in panels:
         values = [v for s in panel.series for _, v in s.points if v is not None]
         vmax = max(values) if values else 1.0
         vmax = vmax if vmax > 0 else 1.0
-        y = lambda v, py=py, vmax=vmax: py + panel_height - (v / vmax) * (panel_height - 8)  # noqa: E731
-        if not values:
-            out.append(f'<text x="{left + plot_w / 2:.0f}" y="{py + panel_height / 2:.0f}" font-size="11" '
-                       'fill="#999" text-anchor="middle">no samples in this window</text>')
-        out.append(f'<rect x="{left}" y="{py}" width="{plot_w}" height="{panel_height}" fill="none" stroke="#999"/>')
-        out.append(f'<text x="{left - 4}" y="{py + 10}" font-size="9" text-anchor="end">{esc(_fmt_value(vmax))}</text>')
-        out.append(f'<text x="{left - 4}" y="{py + panel_height}" font-size="9" text-anchor="end">0</text>')
-        out.append(f'<text x="{left + 4}" y="{py + 11}" font-size="10" fill="#333">{esc(panel.title)}</text>')
+        label = f"{panel.title} ({panel.unit})" if panel.unit else panel.title
+        y += fs + 6
+        body.append(f'<text x="4" y="{y}" font-size="{fs}" class="y-label">{esc(label)}</text>')
+        # legend of the panel's series, after its label on the same line or the next
+        lx, ly = 4 + len(label) * fs * 0.6 + 14, y
         for si, s in enumerate(panel.series):
-            colour = PALETTE[colour_i % len(PALETTE)]
-            colour_i += 1
+            w = len(s.name) * fs * 0.6 + 30
+            if lx + w > width - right:
+                lx, ly = 4, ly + fs + 4
+            colour = PALETTE[si % len(PALETTE)]
+            dash = "4,3" if s.dashed else ""
+            body.append(f'<line x1="{lx:.1f}" y1="{ly - 4}" x2="{lx + 20:.1f}" y2="{ly - 4}" stroke="{colour}" '
+                        f'stroke-width="2.5" stroke-dasharray="{dash}"/>'
+                        f'<text x="{lx + 24:.1f}" y="{ly}" font-size="{fs}">{esc(s.name)}</text>')
+            lx += w
+        py = ly + 8
+        first_py = py if first_py is None else first_py
+        body.append(f'<rect x="{left}" y="{py}" width="{plot_w}" height="{panel_h}" fill="none" stroke="#888"/>')
+        for frac in (0.0, 0.5, 1.0):
+            gy = py + panel_h - frac * (panel_h - 6)
+            body.append(f'<line x1="{left}" y1="{gy:.1f}" x2="{left + plot_w}" y2="{gy:.1f}" stroke="#ddd"/>'
+                        f'<text x="{left - 4}" y="{gy + 4:.1f}" font-size="{fs - 1}" text-anchor="end">'
+                        f'{esc(_fmt_value(vmax * frac))}</text>')
+        if not values:
+            body.append(f'<text x="{left + plot_w / 2:.0f}" y="{py + panel_h / 2:.0f}" font-size="{fs}" fill="#555" '
+                        'text-anchor="middle">no samples in this window</text>')
+        for si, s in enumerate(panel.series):
             pts = sorted((p for p in s.points if p[1] is not None), key=lambda p: p[0])
-            if pts:
-                path = " ".join(f"{x(_ts(t)):.1f},{y(v):.1f}" for t, v in pts)
-                out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.6">'
-                           f'<title>{esc(s.name)}</title></polyline>')
-            ly = py + 12 + si * 12
-            if ly < py + panel_height:
-                out.append(f'<rect x="{left + plot_w + 8}" y="{ly - 8}" width="10" height="3" fill="{colour}"/>')
-                out.append(f'<text x="{left + plot_w + 22}" y="{ly - 4}" font-size="9">{esc(s.name[:24])}</text>')
+            if not pts:
+                continue
+            path = " ".join(f"{x(t.timestamp()):.1f},{py + panel_h - v / vmax * (panel_h - 6):.1f}" for t, v in pts)
+            dash = ' stroke-dasharray="6,4"' if s.dashed else ""
+            body.append(f'<polyline points="{path}" fill="none" stroke="{PALETTE[si % len(PALETTE)]}" '
+                        f'stroke-width="{1.6 if s.dashed else 2}"{dash}><title>{esc(s.name)}</title></polyline>')
+        y = py + panel_h
+    bottom = y
     for m in markers:
-        mx = x(_ts(m.at))
-        out.append(f'<line x1="{mx:.1f}" y1="{body_top - 4}" x2="{mx:.1f}" y2="{body_bottom}" stroke="#d62728" '
-                   f'stroke-width="2" stroke-dasharray="5,3"><title>{esc(m.label)}</title></line>')
-        out.append(f'<text x="{mx + 3:.1f}" y="{body_top + 2}" font-size="10" fill="#d62728">{esc(m.label)}</text>')
-    axis_y = body_bottom + 12
-    for i in range(5):
-        t = t0 + (t1 - t0) * i / 4
-        label = datetime.fromtimestamp(t, tz=UTC).strftime("%H:%M")
-        out.append(f'<text x="{x(t):.1f}" y="{axis_y}" font-size="9" text-anchor="middle">{esc(label)}</text>')
-    out.append("</svg>")
-    return "".join(out)
+        mx = x(m.at.timestamp())
+        body.append(f'<line x1="{mx:.1f}" y1="{top_of_plots}" x2="{mx:.1f}" y2="{bottom}" stroke="#000" '
+                    f'stroke-width="1.5" stroke-dasharray="5,3"><title>{esc(m.label)}</title></line>')
+        anchor = "end" if mx > left + plot_w * 0.6 else "start"
+        body.append(f'<text x="{mx + (-3 if anchor == "end" else 3):.1f}" y="{(first_py or top_of_plots) + fs + 2}" '
+                    f'font-size="{fs}" '
+                    f'text-anchor="{anchor}" font-weight="bold">{esc(m.label)}</text>')
+    ticks = 3 if narrow else 5
+    for i in range(ticks):
+        t = t0 + (t1 - t0) * i / (ticks - 1)
+        anchor = "start" if i == 0 else ("end" if i == ticks - 1 else "middle")
+        body.append(f'<text x="{x(t):.1f}" y="{bottom + fs + 3}" font-size="{fs - 1}" text-anchor="{anchor}">'
+                    f'{esc(datetime.fromtimestamp(t, tz=UTC).strftime("%H:%M"))}</text>')
+    day = datetime.fromtimestamp(t0, tz=UTC).strftime("%Y-%m-%d")
+    body.append(f'<text x="{left + plot_w / 2:.0f}" y="{bottom + 2 * fs + 8}" font-size="{fs}" text-anchor="middle" '
+                f'class="x-label">time (UTC, {esc(day)})</text>')
+    height = bottom + 2 * fs + 14
+    return "".join(_head(width, height, uid, title, desc) + body + ["</svg>"])
 
 
-def bar_chart(items: list[tuple[str, float]], width: int = 520, bar_h: int = 18, title: str = "",
-              colours: dict[str, str] | None = None) -> str:
-    """Horizontal bars, one per (label, value); returns an ``<svg>`` element."""
+def bar_chart(items: list[tuple[str, float]], width: int = 560, title: str = "", unit: str = "", uid: str = "b",
+              colours: dict[str, str] | None = None, desc: str = "", narrow: bool = False,
+              category: str = "category") -> str:
+    """Horizontal bars, one per (label, value), labels above the bars on a phone; returns an ``<svg>``."""
     colours = colours or {}
-    height = 24 + max(1, len(items)) * (bar_h + 6)
+    fs = 11 if narrow else 12
+    bar_h = 14 if narrow else 16
+    left = 4 if narrow else 200
+    row = bar_h + (fs + 10 if narrow else 8)
+    height = 30 + fs + max(1, len(items)) * row + 2 * fs + 10
     vmax = max([v for _, v in items] + [1e-9])
-    left, right = 190, 60
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}" font-family="sans-serif">',
-           f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
-           f'<text x="4" y="14" font-size="12" font-weight="bold">{esc(title)}</text>']
+    plot_w = width - left - 60
+    out = _head(width, height, uid, title, desc)
+    out.append(f'<text x="4" y="{fs + 4}" font-size="{fs + 1}" font-weight="bold">{esc(title)}</text>')
+    out.append(f'<text x="{4 if narrow else left - 6}" y="{24 + fs // 2}" font-size="{fs - 1}" '
+               f'text-anchor="{"start" if narrow else "end"}" class="y-label" fill="#555">'
+               f'{esc(category)}</text>')
+    y = 30 + (fs if narrow else 0)
     for i, (label, v) in enumerate(items):
-        y = 22 + i * (bar_h + 6)
-        w = (width - left - right) * (v / vmax) if vmax > 0 else 0
+        w = plot_w * (v / vmax) if vmax > 0 else 0
         colour = colours.get(label, PALETTE[i % len(PALETTE)])
-        out.append(f'<text x="{left - 6}" y="{y + bar_h - 5}" font-size="11" text-anchor="end">{esc(label)}</text>')
-        out.append(f'<rect x="{left}" y="{y}" width="{max(w, 1):.1f}" height="{bar_h}" fill="{colour}">'
-                   f'<title>{esc(label)}: {esc(_fmt_value(v))}</title></rect>')
-        out.append(f'<text x="{left + w + 4:.1f}" y="{y + bar_h - 5}" font-size="11">{esc(_fmt_value(v))}</text>')
+        if narrow:
+            out.append(f'<text x="4" y="{y + fs}" font-size="{fs}">{esc(label)}</text>')
+            by = y + fs + 4
+        else:
+            out.append(f'<text x="{left - 6}" y="{y + bar_h - 3}" font-size="{fs}" text-anchor="end">'
+                       f'{esc(label)}</text>')
+            by = y
+        out.append(f'<rect x="{left}" y="{by}" width="{max(w, 1):.1f}" height="{bar_h}" fill="{colour}">'
+                   f'<title>{esc(label)}: {esc(_fmt_value(v))} {esc(unit)}</title></rect>')
+        out.append(f'<text x="{left + w + 4:.1f}" y="{by + bar_h - 3}" font-size="{fs}">{esc(_fmt_value(v))}</text>')
+        y += row
+    out.append(f'<line x1="{left}" y1="{y}" x2="{left + plot_w}" y2="{y}" stroke="#888"/>')
+    out.append(f'<text x="{left}" y="{y + fs + 2}" font-size="{fs - 1}">0</text>'
+               f'<text x="{left + plot_w}" y="{y + fs + 2}" font-size="{fs - 1}" text-anchor="end">'
+               f'{esc(_fmt_value(vmax))}</text>')
+    out.append(f'<text x="{left + plot_w / 2:.0f}" y="{y + 2 * fs + 6}" font-size="{fs}" text-anchor="middle" '
+               f'class="x-label">{esc(unit)}</text>')
     out.append("</svg>")
     return "".join(out)

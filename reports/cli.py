@@ -118,8 +118,9 @@ def _compare(settings, args) -> int:
 def register(groups, common) -> None:
     p = groups["root"].add_parser(
         "diagnose", parents=[common], help="root-cause findings",
-        description="Root-cause findings per job and incident (CONTRACT section 4), newest first. Builds the "
-        "models first when anything landed since the last build.",
+        description="Root-cause findings per job and incident (CONTRACT section 4), newest first, each with its "
+        "next step and the kubectl command that shows the evidence (table: one 'next:' line per finding; json: "
+        "evidence_text and next_steps). Builds the models first when anything landed since the last build.",
     )
     p.add_argument("--since", type=diagnose_time, metavar="T", help="only findings still holding at or after T "
                    "(RFC 3339, or relative like -2h)")
@@ -131,9 +132,11 @@ def register(groups, common) -> None:
 
     p = groups["root"].add_parser(
         "report", parents=[common], help="write a root-cause report (HTML or Markdown)",
-        description="Write a root-cause report: jobs that need action with the layered check (queue, topology, "
-        "gang, throughput) and a time chart each, findings by class, idle GPU-hours, nodes ranked by interconnect "
-        "trouble, nodes missing topology labels. Builds stale models first. Prints the file's path.")
+        description="Write a root-cause report: the fleet view (GPU-hours lost by root cause and the trend against "
+        "the previous report, nodes ranked by faults, ClusterQueues by wait), jobs that need action with their next "
+        "step, what happened, a time line and the layered check (queue, topology, gang, throughput), findings by "
+        "class, idle GPU-hours, nodes ranked by interconnect trouble, nodes missing topology labels. Builds stale "
+        "models first. Prints the file's path.")
     p.add_argument("--format", choices=("html", "md"), default="html", help="html (one self-contained file, "
                    "charts inline) or md (default html)")
     p.add_argument("--out", metavar="PATH", help="output file (default <data>/reports/gangscope-report-<time>.<ext>)")

@@ -1,4 +1,8 @@
-"""Reads ``marts.findings`` and formats it: the JSON of CONTRACT section 4, or a readable table."""
+"""Reads ``marts.findings`` and formats it: the JSON of CONTRACT section 4, or a readable table.
+
+Each finding also carries ``evidence_text`` (its evidence as sentences) and ``next_steps`` (what to
+do, with the kubectl command that shows the same evidence), derived by ``reports.nextsteps``.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,11 @@ from typing import Any
 
 import duckdb
 
+from reports import nextsteps
+
 FIELDS = ("cluster", "namespace", "job", "job_kind", "workload", "pod_group", "root_cause", "severity",
           "started_at", "ended_at", "confidence", "nodes", "evidence", "summary")
+EXTRA_FIELDS = ("evidence_text", "next_steps")  # beyond CONTRACT section 4: added, never replacing a field
 
 
 def _rfc3339(t: datetime | None) -> str | None:
@@ -60,6 +67,9 @@ def findings(con: duckdb.DuckDBPyConnection, since: datetime | None = None, unti
         r["nodes"] = list(r["nodes"] or [])
         ev = r["evidence"]
         r["evidence"] = _jsonable(json.loads(ev) if isinstance(ev, str) else (ev or {}))
+        explained = nextsteps.explain(r)
+        r["evidence_text"] = explained.sentences
+        r["next_steps"] = explained.steps_json()
         out.append(r)
     return out
 
@@ -73,7 +83,8 @@ def _since(started: str | None) -> str:
 
 
 def to_table(rows: list[dict[str, Any]]) -> str:
-    """Columns: job, class, since, nodes, one-line summary."""
+    """Columns: job, class, since, nodes, one-line summary; under each row one line with its first next step
+    (and the command that takes it, else the one that shows its evidence)."""
     if not rows:
         return "no findings"
     head = ("JOB", "CLASS", "SEV", "SINCE (UTC)", "NODES", "SUMMARY")
@@ -86,4 +97,10 @@ def to_table(rows: list[dict[str, Any]]) -> str:
     widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(len(head) - 1)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(x[:-1], widths, strict=True)) + "  " + str(x[-1])
              for x in [head, *body]]
-    return "\n".join(line.rstrip() for line in lines)
+    out = [lines[0]]
+    for r, line in zip(rows, lines[1:], strict=True):
+        out.append(line)
+        step = (r.get("next_steps") or [None])[0]
+        if step:
+            out.append(f"  next: {step['action']}  $ {step.get('act') or step['check']}")
+    return "\n".join(line.rstrip() for line in out)

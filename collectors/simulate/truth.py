@@ -39,6 +39,11 @@ def build(scn: Scenario, start: datetime, variant: str | None = None,
             "root_cause": j.root_cause, "onset": _ts(start, j.onset) if j.root_cause != "healthy" else None,
             "nodes": [n.name for n in j.nodes], "workload": j.workload, "pod_group": j.pod_group,
             "gang": j.gang, "kueue": j.kueue, "created": _ts(start, j.created),
+            "cluster_queue": j.cq if j.kueue else None, "gpus_per_pod": j.gpus_per_pod,
+            "topology": None if not j.kueue or j.required is None else
+            {"level": j.required, "mode": "preferred" if j.preferred else "required"},
+            "preemptor": f"{j.preemptor.namespace}/{j.preemptor.name}" if j.preemptor else None,
+            "unscheduled_pods": j.pod_names if j.volcano_unschedulable else j.pod_names[len(j.nodes):],
         })
     faults = []
     for f in scn.faults:

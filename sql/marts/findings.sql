@@ -19,9 +19,10 @@
 WITH j AS (SELECT * FROM intermediate.int_jobs),
 pj AS (SELECT * FROM intermediate.int_pod_jobs),
 gpu AS (
-    SELECT j.cluster, j.namespace, j.job, f.node, f.gpu, f.kind, f.code, f.started_at, f.last_at, f.samples
+    SELECT j.cluster, j.namespace, j.job, f.node, f.gpu, f.kind, f.code, f.started_at, f.last_at, f.samples, d.uuid
     FROM intermediate.int_gpu_faults f
     JOIN j ON j.cluster = f.cluster
+    LEFT JOIN staging.stg_gpu_devices d ON d.cluster = f.cluster AND d.node = f.node AND d.gpu = f.gpu
     WHERE (f.pod IS NOT NULL AND EXISTS (SELECT 1 FROM pj WHERE pj.cluster = f.cluster AND pj.namespace = f.namespace
                                                           AND pj.pod = f.pod AND pj.job = j.job AND pj.namespace = j.namespace
                                                           AND f.started_at >= pj.created_at - INTERVAL 1 MINUTE))
@@ -34,7 +35,7 @@ gpu_f AS (
            CASE WHEN bool_or(kind <> 'gpu_missing') THEN 0.95 ELSE 0.8 END AS confidence,
            list_sort(list(DISTINCT node)) AS nodes,
            to_json({'faults': list({'node': node, 'gpu': gpu, 'kind': kind, 'xid': code, 'first_at': started_at,
-                                    'last_at': last_at, 'samples': samples} ORDER BY started_at)}) AS evidence,
+                                    'last_at': last_at, 'samples': samples, 'uuid': uuid} ORDER BY started_at)}) AS evidence,
            format('GPU {} on {} reported {} from {}', arg_min(gpu, started_at), arg_min(node, started_at),
                   CASE arg_min(kind, started_at) WHEN 'xid' THEN 'hardware XID ' || arg_min(code, started_at)
                        WHEN 'ecc_dbe' THEN 'double-bit ECC errors' ELSE 'nothing (its series stopped)' END,
@@ -44,6 +45,8 @@ gpu_f AS (
 dips AS (
     SELECT d.*, i.bandwidth_drops, i.link_errors, i.ports_down, i.signal_nodes, i.first_signal_at,
            coalesce(p.misplaced, false) AS misplaced, p.level, p.domains, p.needed_domains, p.domain_values,
+           p.assigned_domains, CASE WHEN j.required_topology IS NOT NULL THEN 'required'
+                                    WHEN j.preferred_topology IS NOT NULL THEN 'preferred' ELSE 'none' END AS requested_as,
            j.nodes, j.all_running_at
     FROM intermediate.int_throughput_dips d
     JOIN intermediate.int_interconnect i ON i.cluster = d.cluster AND i.namespace = d.namespace AND i.job = d.job
@@ -76,7 +79,13 @@ ic_f AS (
                                               x -> x IS NOT NULL), ', ')) AS summary
     FROM dip_ev WHERE len(signal_nodes) > 0 AND NOT misplaced
 ),
-ev AS (SELECT * FROM intermediate.int_evictions),
+ev AS (
+    SELECT e.*, w.namespace AS preemptor_namespace, w.name AS preemptor_workload,
+           coalesce(w.owner_name, w.name) AS preemptor_job, nullif(regexp_extract(e.message, ' due to ([^;]+)', 1), '') AS cause
+    FROM intermediate.int_evictions e
+    LEFT JOIN staging.stg_workloads w
+      ON w.cluster = e.cluster AND w.uid = nullif(regexp_extract(e.message, '\(UID: ([^,)\s]+)', 1), '')
+),
 pre_f AS (
     SELECT ev.cluster, ev.namespace, ev.job, 'preemption' AS root_cause, 'warning' AS severity,
            min(ev.event_at) AS started_at,
@@ -84,12 +93,61 @@ pre_f AS (
            CASE WHEN bool_or(ev.source = 'workload_condition') THEN 0.95 ELSE 0.85 END AS confidence,
            any_value(j.nodes) AS nodes,
            to_json({'evictions': list({'at': ev.event_at, 'source': ev.source, 'reason': ev.reason, 'message': ev.message}
-                                      ORDER BY ev.event_at)}) AS evidence,
+                                      ORDER BY ev.event_at),
+                    'preemptor': CASE WHEN count(ev.preemptor_workload) > 0 THEN
+                        {'namespace': arg_min(ev.preemptor_namespace, ev.event_at) FILTER (WHERE ev.preemptor_workload IS NOT NULL),
+                         'workload': arg_min(ev.preemptor_workload, ev.event_at) FILTER (WHERE ev.preemptor_workload IS NOT NULL),
+                         'job': arg_min(ev.preemptor_job, ev.event_at) FILTER (WHERE ev.preemptor_workload IS NOT NULL)} END,
+                    'cause': arg_min(ev.cause, ev.event_at) FILTER (WHERE ev.cause IS NOT NULL),
+                    'cluster_queue': any_value(j.cluster_queue)}) AS evidence,
            format('Preempted at {} ({}){}', strftime(min(ev.event_at), '%Y-%m-%dT%H:%M:%SZ'), arg_min(ev.reason, ev.event_at),
                   CASE WHEN any_value(j.all_running_at) > min(ev.event_at) THEN ', restarted later' ELSE ', not running again yet' END)
                AS summary
     FROM ev JOIN j USING (cluster, namespace, job)
     GROUP BY ev.cluster, ev.namespace, ev.job
+),
+adm AS (
+    SELECT a.*, j.nodes, coalesce(a.missing_level, j.required_topology, j.preferred_topology) AS level,
+           nullif(regexp_extract(a.message, 'quota for (\S+) in flavor ([^,\s]+)', 1), '') AS q_resource,
+           nullif(regexp_extract(a.message, 'quota for (\S+) in flavor ([^,\s]+)', 2), '') AS q_flavor,
+           coalesce(TRY_CAST(regexp_extract(a.message, '(\d+) more needed', 1) AS DOUBLE),
+                    TRY_CAST(regexp_extract(a.message, 'podsets requests \((\d+)\)', 1) AS DOUBLE)
+                    + TRY_CAST(regexp_extract(a.message, 'podset request \((\d+)\) > maximum capacity', 1) AS DOUBLE)
+                    - TRY_CAST(regexp_extract(a.message, 'maximum capacity \((\d+)\)', 1) AS DOUBLE)) AS q_short,
+           CASE WHEN a.message ILIKE '%doesn''t allow to fit any of%' THEN 0
+                ELSE TRY_CAST(regexp_extract(a.message, 'allows to fit only (\d+) out of', 1) AS INTEGER) END AS fit_pods,
+           TRY_CAST(coalesce(nullif(regexp_extract(a.message, 'out of (\d+) pod', 1), ''),
+                             nullif(regexp_extract(a.message, 'fit any of (\d+) pod', 1), '')) AS INTEGER) AS want_pods
+    FROM intermediate.int_admission a JOIN j USING (cluster, namespace, job)
+    WHERE a.cause_class IS NOT NULL AND a.wait_s > getvariable('admission_wait_s')
+),
+adm_pods AS (
+    SELECT a.cluster, a.namespace, a.job, w.gpus / nullif(w.pod_count, 0) AS gpus_per_pod
+    FROM adm a JOIN staging.stg_workloads w ON w.cluster = a.cluster AND w.namespace = a.namespace AND w.name = a.workload
+),
+adm_quota AS (
+    SELECT a.cluster, a.namespace, a.job, c.cohort, c.nominal_quota, c.borrowing_limit, c.used,
+           (SELECT sum(greatest(o.nominal_quota - coalesce(o.used, 0), 0)) FROM staging.stg_cluster_queue_quotas o
+            WHERE o.cluster = c.cluster AND o.cohort = c.cohort AND o.cluster_queue <> c.cluster_queue
+              AND o.flavor = c.flavor AND o.resource = c.resource) AS cohort_unused
+    FROM adm a
+    JOIN staging.stg_cluster_queue_quotas c ON c.cluster = a.cluster AND c.cluster_queue = a.cluster_queue
+     AND c.flavor = a.q_flavor AND c.resource = a.q_resource
+),
+adm_domains AS (
+    SELECT cluster, namespace, job, domain, sum(free_gpus) AS free_gpus, max(free_gpus) AS node_free_gpus,
+           max(gpus) AS node_gpus
+    FROM (SELECT a.cluster, a.namespace, a.job, f.free_gpus, f.gpus,
+                 json_extract_string(f.labels, '$."' || a.level || '"') AS domain
+          FROM adm a JOIN intermediate.int_free_gpus f ON f.cluster = a.cluster AND f.schedulable
+          WHERE a.blocked_by = 'topology' AND a.level IS NOT NULL)
+    WHERE domain IS NOT NULL
+    GROUP BY ALL
+),
+adm_free AS (
+    SELECT cluster, namespace, job, arg_max(domain, free_gpus) AS domain, max(free_gpus) AS free_gpus,
+           arg_max(node_free_gpus, free_gpus) AS node_free_gpus, max(node_gpus) AS node_gpus
+    FROM adm_domains GROUP BY ALL
 ),
 adm_f AS (
     SELECT a.cluster, a.namespace, a.job, a.cause_class AS root_cause,
@@ -97,7 +155,7 @@ adm_f AS (
            a.queued_at + to_seconds(getvariable('admission_wait_s')) AS started_at,
            CASE WHEN a.admitted_at > a.queued_at THEN a.admitted_at END AS ended_at,
            CASE WHEN a.granular OR a.missing_level IS NOT NULL THEN 0.95 ELSE 0.85 END AS confidence,
-           j.nodes,
+           a.nodes,
            to_json({'wait_s': round(a.wait_s), 'threshold_s': getvariable('admission_wait_s'), 'created_at': a.created_at,
                     'queued_at': a.queued_at,
                     'admitted_at': a.admitted_at, 'reason': a.reason, 'message': a.message, 'reason_at': a.reason_at,
@@ -106,14 +164,46 @@ adm_f AS (
                     'unadmitted_observability_gate': a.gate,
                     -- docs/models.md proposes a class for configuration causes; until then admission_quota.
                     'proposed_class': CASE WHEN a.cause_kind = 'configuration' THEN 'admission_config'
-                                           ELSE a.cause_class END}) AS evidence,
+                                           ELSE a.cause_class END,
+                    'quota': CASE WHEN a.blocked_by = 'quota' THEN
+                        {'resource': a.q_resource, 'flavor': a.q_flavor, 'short': a.q_short, 'cohort': q.cohort,
+                         'nominal_quota': q.nominal_quota, 'borrowing_limit': q.borrowing_limit, 'used': q.used,
+                         'cohort_unused': q.cohort_unused} END,
+                    'topology': CASE WHEN a.blocked_by = 'topology' THEN
+                        {'level': a.level, 'fit_pods': a.fit_pods, 'want_pods': a.want_pods,
+                         'largest_free_domain': fr.domain, 'largest_free_gpus': fr.free_gpus,
+                         'largest_free_node_gpus': fr.node_free_gpus, 'largest_node_gpus': fr.node_gpus,
+                         'gpus_per_pod': ap.gpus_per_pod} END}) AS evidence,
            format('Not admitted for {} min{} ({}{}): {}', round(a.wait_s / 60)::INTEGER,
                   CASE WHEN a.admitted_at > a.queued_at THEN '' ELSE ' and counting' END, replace(a.cause, '_', ' '),
                   CASE WHEN a.cause_kind = 'configuration' THEN ', configuration' ELSE '' END,
                   coalesce(coalesce(a.reason || ' - ', '') || a.message,
                            'topology level ' || a.missing_level || ' is carried by no node')) AS summary
-    FROM intermediate.int_admission a JOIN j USING (cluster, namespace, job)
-    WHERE a.cause_class IS NOT NULL AND a.wait_s > getvariable('admission_wait_s')
+    FROM adm a
+    LEFT JOIN adm_quota q USING (cluster, namespace, job)
+    LEFT JOIN adm_free fr USING (cluster, namespace, job)
+    LEFT JOIN adm_pods ap USING (cluster, namespace, job)
+),
+gang_pods AS (
+    -- Members without a node, and the schedulable nodes with the most free GPUs (those that come closest).
+    SELECT p.cluster, p.namespace, p.job,
+           list({'pod': p.pod, 'gpus': p.gpus, 'message': p.unscheduled_message, 'gates': p.scheduling_gates}
+                ORDER BY p.pod) AS pods
+    FROM intermediate.int_pod_jobs p
+    WHERE NOT p.deleted AND p.node IS NULL
+    GROUP BY ALL
+),
+gang_closest AS (
+    SELECT g.cluster, g.namespace, g.job,
+           list({'node': f.node, 'free_gpus': f.free_gpus,
+                 'taints': list_transform(CAST(f.taints AS JSON[]),
+                                          t -> (t->>'$.key') || coalesce('=' || (t->>'$.value'), '') || ':' || (t->>'$.effect'))}
+                ORDER BY f.free_gpus DESC, f.node)[1:3] AS nodes
+    FROM intermediate.int_gang g
+    JOIN j USING (cluster, namespace, job)
+    JOIN intermediate.int_free_gpus f ON f.cluster = g.cluster AND f.schedulable
+    WHERE g.timed_out AND f.free_gpus > 0 AND NOT list_contains(coalesce(j.nodes, []), f.node)
+    GROUP BY ALL
 ),
 stuck_units AS (
     -- Gang units of a job not assembled (a composite's children, each 1.35 replica): which gang is short.
@@ -137,7 +227,8 @@ gang_f AS (
                     'assembled_at': g.assembled_at, 'assembly_s': round(g.assembly_s), 'start_up_s': round(g.start_up_s),
                     'timeout_s': g.timeout_s, 'pod_group_phase': g.phase, 'pod_group_message': g.group_message,
                     'failed_scheduling': g.failed_reasons, 'first_failed_at': g.first_failed_at,
-                    'idle_gpus': g.idle_gpus, 'gangs_not_assembled': su.units}) AS evidence,
+                    'idle_gpus': g.idle_gpus, 'gangs_not_assembled': su.units,
+                    'unschedulable_pods': gp.pods, 'closest_nodes': gc.nodes}) AS evidence,
            format('Gang {} after {} s (timeout {} s): {}/{} pods bound, {} running{}{}{}',
                   CASE WHEN g.assembled_at IS NULL THEN 'not assembled' ELSE 'assembled only' END,
                   round(g.assembly_s)::BIGINT, g.timeout_s::BIGINT, g.pods_bound, g.gang_size, g.pods_running,
@@ -146,6 +237,8 @@ gang_f AS (
                        THEN ', not assembled: ' || array_to_string([u.unit FOR u IN su.units], ', ') ELSE '' END,
                   CASE WHEN g.idle_gpus > 0 THEN ', ' || g.idle_gpus || ' GPUs held idle' ELSE '' END) AS summary
     FROM intermediate.int_gang g JOIN j USING (cluster, namespace, job)
+    LEFT JOIN gang_pods gp USING (cluster, namespace, job)
+    LEFT JOIN gang_closest gc USING (cluster, namespace, job)
     LEFT JOIN stuck_units su USING (cluster, namespace, job)
     WHERE g.timed_out
 ),
@@ -159,7 +252,8 @@ mis_f AS (
     SELECT cluster, namespace, job, 'topology_misplacement' AS root_cause, 'warning' AS severity,
            started_at, ended_at, 0.8 AS confidence, nodes,
            to_json({'throughput': tp.throughput, 'level': level, 'domains': domains, 'needed_domains': needed_domains,
-                    'domain_values': domain_values}) AS evidence,
+                    'domain_values': domain_values, 'requested_as': requested_as,
+                    'assigned_domains': assigned_domains}) AS evidence,
            format('Throughput fell to {}% of baseline; pods span {} {} domains where {} would do',
                   round(100 * min_ratio)::INTEGER, domains, level, needed_domains) AS summary
     FROM quiet_dips WHERE misplaced

@@ -9,6 +9,7 @@
 -- column: queue_name: spec.queueName (LocalQueue)
 -- column: cluster_queue: status.admission.clusterQueue
 -- column: pod_count: sum of spec.podSets[].count
+-- column: gpus: GPUs the Workload asks for: sum of podSets[].count x its containers' nvidia.com/gpu requests
 -- column: required_topology: topologyRequest (or the pod template annotation) of the first podSet that has one
 -- column: preferred_topology: topologyRequest (or the pod template annotation) of the first podSet that has one
 -- column: slice_topology: podSetSliceRequiredTopology
@@ -34,6 +35,10 @@ owners AS (
 podsets AS (
     SELECT l.cluster, l.namespace, l.name,
            CAST(sum(coalesce(TRY_CAST(p->>'$.count' AS INTEGER), 1)) AS INTEGER) AS pod_count,
+           CAST(sum(coalesce(TRY_CAST(p->>'$.count' AS INTEGER), 1) * coalesce(list_sum(list_transform(
+               CAST(coalesce(json_extract(p, '$.template.spec.containers'), '[]') AS JSON[]),
+               c -> TRY_CAST(json_extract_string(c, '$.resources.requests."nvidia.com/gpu"') AS DOUBLE))), 0))
+               AS INTEGER) AS gpus,
            min(coalesce(p->>'$.topologyRequest.required',
                         p->>'$.template.metadata.annotations."kueue.x-k8s.io/podset-required-topology"'))
                AS required_topology,
@@ -55,7 +60,7 @@ SELECT
     o.owner_kind, o.owner_name,
     l.object->>'$.spec.queueName' AS queue_name,
     l.object->>'$.status.admission.clusterQueue' AS cluster_queue,
-    p.pod_count, p.required_topology, p.preferred_topology, p.slice_topology, p.pod_group,
+    p.pod_count, p.gpus, p.required_topology, p.preferred_topology, p.slice_topology, p.pod_group,
     coalesce(TRY_CAST(l.object->>'$.status.requeueState.count' AS INTEGER), 0) AS requeue_count,
     TRY_CAST(l.object->>'$.metadata.creationTimestamp' AS TIMESTAMPTZ) AS created_at,
     l.last_seen_at,

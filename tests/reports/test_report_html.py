@@ -1,9 +1,13 @@
-"""The report: content, escaping of hostile names, and a real headless Chromium rendering it."""
+"""The report: content, escaping of hostile names, next steps, the fleet view, and a real headless
+Chromium rendering it at phone and desktop widths."""
 
 from __future__ import annotations
 
+import html
 import html.parser
+import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -35,8 +39,10 @@ def test_report_names_every_flagged_job_and_class(report_lake, tmp_path):
     # The worst node comes first in the interconnect ranking.
     ranking = text[text.index("Nodes ranked by interconnect trouble"):]
     assert ranking.index("gpu-node-1") < ranking.index("gpu-node-0")
-    # llama-a's chart has its throughput and both nodes' bandwidth, and the onset marker.
-    assert "onset: interconnect_degradation" in text and "gpu-node-1 nvlink_bw" in text
+    # llama-a's chart has its throughput and its worst node's bandwidth (gpu-node-1's fell), and the onset.
+    llama = next(a for a in text.split('<article class="job"')[1:] if "team-a/llama-a: " in a)
+    assert "onset of interconnect_degradation" in llama and "NVLink on gpu-node-1" in llama
+    assert "NVLink on gpu-node-0" not in llama
     assert "<svg" in text and "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "<script" not in text.lower() and "<link" not in text.lower()
 
@@ -67,11 +73,48 @@ def test_report_cli_writes_default_path(report_lake, capsys):
     path.unlink()
 
 
+def test_markdown_reads_as_what_why_next(report_lake, sim_lakes, tmp_path):
+    for settings in (report_lake, sim_lakes("mixed")[0]):
+        text = write_report(settings, "md", tmp_path / "r.md").read_text()
+        jobs_table = text.index("## Jobs that need action")
+        per_job = text.index("## Layered check per flagged job")
+        assert text.index("## Fleet") < jobs_table < per_job
+        blocks = text[per_job:].split("\n### ")[1:]
+        assert blocks
+        for block in blocks:
+            lines = [line for line in block.splitlines()[1:] if line.strip()][:3]
+            assert [line.split(":**")[0] for line in lines] == ["**What", "**Why", "**Next step"], block
+            assert "kubectl " in lines[2]
+
+
+def test_fleet_trend_against_the_previous_report(sim_lakes, tmp_path):
+    settings, _ = sim_lakes("mixed")
+    first = write_report(settings, "html", tmp_path / "gangscope-hourly-20261101T000500Z.html").read_text()
+    assert "No previous report to compare with" in first
+    meta = re.search(r'<meta name="gangscope-fleet" content="([^"]*)">', first)
+    figures = json.loads(html.unescape(meta.group(1)))
+    # Every flagged class lost GPU-hours; waiting in the queue is counted for the admission classes.
+    assert set(figures) == {"gpu_fault", "interconnect_degradation", "preemption", "admission_quota",
+                            "admission_topology", "gang_assembly", "topology_misplacement", "unexplained_slowdown"}
+    assert all(v > 0 for v in figures.values())
+    # A doctored previous report: the next one compares with it, not with itself or a later one.
+    doctored = first.replace(meta.group(0), '<meta name="gangscope-fleet" content="{&quot;gpu_fault&quot;: 1.0}">')
+    (tmp_path / "gangscope-hourly-20261101T000000Z.html").write_text(doctored.replace("gpu_fault&quot;: 1.0",
+                                                                                      "gpu_fault&quot;: 999.0"))
+    (tmp_path / "gangscope-hourly-20261101T005900Z.html").write_text(doctored)
+    (tmp_path / "gangscope-hourly-20261101T030000Z.html").write_text(doctored.replace("1.0", "5000.0"))
+    second = write_report(settings, "html", tmp_path / "gangscope-hourly-20261101T020000Z.html").read_text()
+    total = sum(figures.values())
+    assert f"+{total - 1.0:,.1f} GPU-hours</span> against the previous report (20261101T005900Z: 1.0)" in second
+    md = write_report(settings, "md", tmp_path / "gangscope-hourly-20261101T020000Z.md").read_text()
+    assert f"{total - 1.0:+,.1f} against the previous report" in md
+
+
 # --- a real browser --------------------------------------------------------------------------
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-                  "--enable-logging=stderr", "--v=0"]
+                  "--hide-scrollbars", "--enable-logging=stderr", "--v=0"]
 
 
 def _chromium() -> str:
@@ -82,30 +125,59 @@ def _chromium() -> str:
     return exe
 
 
-class _Elements(html.parser.HTMLParser):
-    def __init__(self) -> None:
+class _Node:
+    def __init__(self, tag: str, attrs: dict[str, str], parent: _Node | None) -> None:
+        self.tag, self.attrs, self.parent = tag, attrs, parent
+        self.children: list[_Node] = []
+        self.text = ""
+
+    def all(self, tag: str | None = None, cls: str | None = None) -> list[_Node]:
+        out = []
+        for c in self.children:
+            if (tag is None or c.tag == tag) and (cls is None or cls in c.attrs.get("class", "").split()):
+                out.append(c)
+            out += c.all(tag, cls)
+        return out
+
+    def content(self) -> str:
+        return (self.text + "".join(c.content() for c in self.children)).strip()
+
+
+class _Dom(html.parser.HTMLParser):
+    """The DOM Chromium serialised, as a tree (void elements do not nest)."""
+
+    VOID = {"meta", "link", "br", "img", "input", "hr", "rect", "line", "polyline", "path", "circle"}
+
+    def __init__(self, text: str) -> None:
         super().__init__()
-        self.tags: list[str] = []
-        self.title = ""
-        self._in_title = False
+        self.root = self.cur = _Node("#root", {}, None)
+        self.feed(text)
 
     def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-        self._in_title = tag == "title"
+        node = _Node(tag, {k: v or "" for k, v in attrs}, self.cur)
+        self.cur.children.append(node)
+        if tag not in self.VOID:
+            self.cur = node
 
-    def handle_data(self, data):
-        if self._in_title:
-            self.title += data
+    def handle_startendtag(self, tag, attrs):
+        self.cur.children.append(_Node(tag, {k: v or "" for k, v in attrs}, self.cur))
 
     def handle_endtag(self, tag):
-        self._in_title = False
+        node = self.cur
+        while node.parent is not None and node.tag != tag:
+            node = node.parent
+        if node.parent is not None:
+            self.cur = node.parent
+
+    def handle_data(self, data):
+        self.cur.text += data
 
 
-def _png_colours(path: Path) -> int:
-    """Distinct pixel colours of an 8-bit RGB/RGBA non-interlaced PNG (what Chromium writes)."""
+def _png(path: Path) -> tuple[int, int, int, list[bytearray]]:
+    """Width, height, bytes per pixel and unfiltered rows of an 8-bit RGB/RGBA non-interlaced PNG."""
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, width = 8, b"", 0
+    pos, idat, width, height, bpp = 8, b"", 0, 0, 3
     while pos < len(data):
         n, kind = struct.unpack(">I4s", data[pos:pos + 8])
         body = data[pos + 8:pos + 8 + n]
@@ -119,7 +191,7 @@ def _png_colours(path: Path) -> int:
     raw = zlib.decompress(idat)
     stride = width * bpp
     prev = bytearray(stride)
-    colours: set[bytes] = set()
+    rows = []
     for r in range(height):
         f, line = raw[r * (stride + 1)], bytearray(raw[r * (stride + 1) + 1:(r + 1) * (stride + 1)])
         if f == 1:
@@ -138,16 +210,76 @@ def _png_colours(path: Path) -> int:
                 p = a + b - c
                 pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
                 line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        if r % 2 == 0:
-            colours.update(bytes(line[i:i + 3]) for i in range(0, stride, bpp * 2))
+        rows.append(line)
         prev = line
-    return len(colours)
+    return width, height, bpp, rows
 
 
-@pytest.mark.timeout(120)
-def test_report_in_headless_chromium(report_lake, tmp_path):
+def _png_colours(path: Path) -> int:
+    width, _, bpp, rows = _png(path)
+    return len({bytes(line[i:i + 3]) for r, line in enumerate(rows) if r % 2 == 0
+                for i in range(0, width * bpp, bpp * 2)})
+
+
+# In a test copy only (the report itself carries no script and forbids one): after the window takes its
+# size, paint a square at the top left, green when the page is no wider than the window, magenta when it
+# scrolls sideways.
+_PROBE = ("<script>function probe(){var d=document.getElementById('probe-x');if(!d){d=document.createElement('div');"
+          "d.id='probe-x';d.style.cssText='position:fixed;top:0;left:0;width:40px;height:40px;z-index:99';"
+          "document.body.appendChild(d);}var e=document.documentElement;"
+          "d.style.background=e.scrollWidth<=window.innerWidth?'#00ff00':'#ff00ff';}"
+          "probe();window.addEventListener('resize',probe);</script>")
+
+
+def _fits(base: list[str], page: Path, width: int, tmp_path: Path) -> bool:
+    text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page.read_text())
+    probe = tmp_path / f"probe-{width}.html"
+    probe.write_text(text.replace("</body>", _PROBE + "</body>"))
+    shot = tmp_path / f"probe-{width}.png"
+    r = subprocess.run([*base, f"--window-size={width},300", f"--screenshot={shot}", probe.as_uri()],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
+    w, _, bpp, rows = _png(shot)
+    assert w == width
+    pixel = tuple(rows[10][10 * bpp:10 * bpp + 3])
+    assert pixel in ((0, 255, 0), (255, 0, 255)), pixel  # the probe ran
+    return pixel == (0, 255, 0)
+
+
+def _check_structure(dom: _Dom, flagged: int) -> None:
+    """Headings in order, tables with headers, charts with a text alternative, titles and labelled axes,
+    and every finding with its next step."""
+    levels = [int(n.tag[1]) for n in dom.root.all() if re.fullmatch(r"h[1-6]", n.tag)]
+    assert levels[0] == 1 and levels.count(1) == 1
+    assert all(b <= a + 1 for a, b in zip(levels, levels[1:], strict=False)), levels
+    for t in dom.root.all("table"):
+        heads = t.all("th")
+        assert heads and all(h.content() for h in heads) and t.all("thead")
+    ids = {n.attrs["id"]: n for n in dom.root.all() if "id" in n.attrs}
+    svgs = dom.root.all("svg")
+    assert svgs
+    for svg in svgs:
+        assert svg.attrs.get("role") == "img"
+        label_ids = svg.attrs["aria-labelledby"].split()
+        assert [ids[i].tag for i in label_ids] == ["title", "desc"] and all(ids[i].content() for i in label_ids)
+        texts = {c: [n.content() for n in svg.all("text", c)] for c in ("x-label", "y-label")}
+        assert all(texts["x-label"]) and texts["x-label"], svg.attrs
+        assert all(texts["y-label"]) and texts["y-label"], svg.attrs
+    jobs = dom.root.all("article", "job")
+    assert len(jobs) == flagged
+    for job in jobs:
+        step = job.all("div", "next")
+        assert step and "Next step" in step[0].content() and step[0].all("pre"), job.attrs
+        assert any(p.content().startswith("$ kubectl ") for p in step[0].all("pre"))
+        assert job.all("details")  # the raw evidence, folded
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("which", ["lakefix", "mixed"])
+def test_report_in_headless_chromium(which, report_lake, sim_lakes, tmp_path):
     exe = _chromium()
-    page = write_report(report_lake, "html", tmp_path / "r.html")
+    settings = report_lake if which == "lakefix" else sim_lakes("mixed")[0]
+    page = write_report(settings, "html", tmp_path / "r.html")
     profile = tmp_path / "chromium-profile"
     base = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=60)
@@ -155,15 +287,32 @@ def test_report_in_headless_chromium(report_lake, tmp_path):
     # Console messages (errors, CSP violations from an injected script) are logged as CONSOLE lines.
     console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line]
     assert console == [], console
-    parsed = _Elements()
-    parsed.feed(dom.stdout)
-    assert "script" not in parsed.tags and "img" not in parsed.tags  # no injected element in the DOM
-    assert parsed.title.startswith("gangscope report")
-    assert parsed.tags.count("svg") >= 2 and "polyline" in parsed.tags
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom.stdout  # the name is shown, as text
-    shot = tmp_path / "shot.png"
-    r = subprocess.run([*base, "--window-size=1000,1500", f"--screenshot={shot}", page.as_uri()],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
-    # A blank or unstyled page has a handful of colours; charts, badges and bars give many more.
-    assert _png_colours(shot) > 40
+    parsed = _Dom(dom.stdout)
+    tags = {n.tag for n in parsed.root.all()}
+    assert "script" not in tags and "img" not in tags  # no injected element in the DOM
+    assert parsed.root.all("title")[0].content().startswith("gangscope report")
+    assert "polyline" in tags
+    flagged = page.read_text().count('<article class="job"')
+    assert flagged > 0
+    _check_structure(parsed, flagged)
+    if which == "lakefix":
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom.stdout  # the name is shown, as text
+    for width in (360, 1280):
+        assert _fits(base, page, width, tmp_path), f"the page scrolls sideways at {width} px"
+        shot = tmp_path / f"shot-{width}.png"
+        r = subprocess.run([*base, f"--window-size={width},2000", f"--screenshot={shot}", page.as_uri()],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
+        assert _png(shot)[0] == width
+        # A blank or unstyled page has a handful of colours; charts, badges and bars give many more.
+        assert _png_colours(shot) > 40
+
+
+def test_overflow_probe_sees_a_page_too_wide(tmp_path):
+    """The probe is not blind: a page wider than the window is caught."""
+    exe = _chromium()
+    page = tmp_path / "wide.html"
+    page.write_text('<!DOCTYPE html><html><head><meta name="viewport" content="width=device-width">'
+                    '</head><body><div style="width:900px">wide</div></body></html>')
+    base = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
+    assert not _fits(base, page, 360, tmp_path)

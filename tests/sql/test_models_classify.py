@@ -221,7 +221,8 @@ def test_no_healthy_job_is_flagged(built) -> None:
 def test_json_output_contract(built) -> None:
     _, con, _ = built
     rows = json.loads(diagnose.to_json(diagnose.findings(con)))
-    assert rows and all(set(r) == set(diagnose.FIELDS) for r in rows)
+    assert rows and all(set(r) == set(diagnose.FIELDS) | set(diagnose.EXTRA_FIELDS) for r in rows)
+    assert all(r["next_steps"] and r["next_steps"][0]["check"].startswith("kubectl ") for r in rows)
     assert all(r["root_cause"] != "healthy" for r in rows)
     starts = [r["started_at"] for r in rows]
     assert starts == sorted(starts, reverse=True)

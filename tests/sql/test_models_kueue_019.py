@@ -166,3 +166,25 @@ def test_finding_evidence_names_cause(built) -> None:
     assert f[("gate-on", "quota")]["evidence"]["proposed_class"] == "admission_quota"
     assert "configuration" in f[("gate-on", "no-queue")]["summary"]
     assert f[("gate-on", "topo")]["evidence"]["reason"] == "TopologyPlacementFailed"
+
+
+def test_configuration_causes_get_their_own_next_step(built) -> None:
+    """A configuration cause names the queue or flavor object and how to see it, never the quota wording."""
+    f = {(r["namespace"], r["job"]): r for r in diagnose.findings(built) if r["root_cause"].startswith("admission")}
+    expected = {  # job: (object the step must name, its kubectl check)
+        "no-queue": ("LocalQueue nope", "kubectl get localqueues -n gate-on"),
+        "inactive-cq": ("ClusterQueue cq-bad", "kubectl get clusterqueue cq-bad"),
+        "suspended": ("ClusterQueue cq", "kubectl get clusterqueue cq "),
+        "held": ("LocalQueue held", "kubectl get localqueue -n gate-on held"),
+        "flavor": ("flavor gpu", "kubectl get resourceflavor gpu"),
+        "limits": ("LimitRange", "kubectl get workload -n gate-on"),
+    }
+    for job, (obj, check) in expected.items():
+        row = f[("gate-on", job)]
+        step = row["next_steps"][0]
+        assert obj in step["action"] and step["check"].startswith(check), (job, step)
+        assert "nominalQuota" not in step["action"] and "cohort" not in " ".join(row["evidence_text"]), (job, row)
+        assert "configuration" in row["evidence_text"][0]
+    # A real shortage keeps the quota wording.
+    quota = f[("gate-on", "quota")]
+    assert "nominalQuota" in quota["next_steps"][0]["action"] and "configuration" not in quota["evidence_text"][0]
