@@ -50,13 +50,15 @@ def _inputs(settings: Settings, k8s_files: list[str], metrics_files: list[str], 
             instance: str | None) -> list[Iterator[Record]]:
     from collectors.k8s.jsonl import read_events
 
-    its: list[Iterator[Record]] = [read_events(f, settings.cluster) for f in k8s_files]
+    its: list[Iterator[Record]] = [read_events(f, settings.cluster, settings.clock_skew_s,
+                                               settings.kafka.max_record_bytes) for f in k8s_files]
     if metrics_files:
         try:
             from collectors.metrics.replayfile import read_metrics_file
         except ImportError:
             raise UserError("replaying --metrics files is not built yet (issue #4)") from None
-        its += [read_metrics_file(f, settings.cluster, job=job, instance=instance) for f in metrics_files]
+        its += [read_metrics_file(f, settings.cluster, job=job, instance=instance, skew_s=settings.clock_skew_s)
+                for f in metrics_files]
     return its
 
 

@@ -30,6 +30,10 @@ class KafkaSettings:
     topic_prefix: str = "gangscope."
     partitions: int = 4
     compression: str = "gzip"
+    # Largest record (encoded, before compression) a collector sends; a bigger one goes to the dead letter
+    # with its reason instead of being retried against the broker's limit. Keep it at or below the broker's
+    # message.max.bytes when compression is off.
+    max_record_bytes: int = 16 << 20
     # Passed through to kafka-python (security_protocol, sasl_mechanism, sasl_plain_username,
     # sasl_plain_password, ssl_cafile, ssl_certfile, ssl_keyfile, ...). Never logged.
     security: dict[str, Any] = field(default_factory=dict)
@@ -136,6 +140,8 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     log: LogSettings = field(default_factory=LogSettings)
     collectors: list[str] = field(default_factory=list)  # for `run`: k8s, metrics
+    # Time sanity (gangscope/timesanity.py): how far in the future of its receipt an input time may be.
+    clock_skew_s: float = 600.0
 
     @property
     def catalog_url(self) -> str:

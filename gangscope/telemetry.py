@@ -64,6 +64,10 @@ WATCH_RELISTS = Counter(
     "gangscope_watch_relists_total", "Full re-lists of a kind (410 Gone / expired resourceVersion).", ["kind"],
     registry=REGISTRY,
 )
+REJECTED_AT_EDGE = Counter(
+    "gangscope_rejected_at_edge_total", "Records a collector sent to the dead letter with a reason (time sanity, "
+    "larger than kafka.max_record_bytes, nested too deep).", ["topic"], registry=REGISTRY,
+)
 PUBLISHER_BUFFERED = Gauge(  # one publisher per process (gangscope/transport/publish.py), so no label
     "gangscope_publisher_buffered_records", "Records waiting in the publisher for Kafka to accept them.",
     registry=REGISTRY,

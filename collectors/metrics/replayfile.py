@@ -17,12 +17,14 @@ naming file and line: sort such a file first.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from itertools import islice
 
 from collectors.metrics.parse import parse_text
 from gangscope.errors import UserError
 from gangscope.records import ScrapeBatch
+from gangscope.timesanity import DEFAULT_SKEW_S, EARLIEST_MS, check_ms
 
 SLICE_LINES = 20_000
 
@@ -37,11 +39,14 @@ def read_metrics_file(
     job: str | None = None,
     instance: str | None = None,
     max_buffered_samples: int = 500_000,
+    skew_s: float = DEFAULT_SKEW_S,
 ) -> Iterator[ScrapeBatch]:
     """Yield the file's samples as ScrapeBatches, one per (job, instance, timestamp), in time order.
 
     Raises ``UserError("<path>:<line>: ...")`` for a sample without a timestamp, a broken line,
-    a sample with no job/instance to name its target, or one too far out of time order.
+    a sample with no job/instance to name its target, or one too far out of time order. Samples whose
+    time fails time sanity (gangscope/timesanity.py) leave, per slice of lines, in one batch carrying
+    the reason (``rejected``, naming file and line), which lands in ``raw.dead_letters``.
     """
     path = os.fspath(path)
     try:
@@ -80,6 +85,9 @@ def read_metrics_file(
             if parsed.errors:
                 line, reason = parsed.errors[0]
                 raise UserError(f"{path}:{line}: {reason}")
+            now_ms = int(time.time() * 1000)
+            latest_ok = now_ms + int(skew_s * 1000)
+            refused: ScrapeBatch | None = None
             for name, labels, value, ts, line in zip(parsed.metric, parsed.labels, parsed.value, parsed.ts_ms,
                                                      parsed.line, strict=True):
                 assert ts is not None
@@ -89,6 +97,13 @@ def read_metrics_file(
                     missing = "job" if not j else "instance"
                     raise UserError(f"{path}:{line}: sample has no {missing} label; "
                                     f"pass --{missing} to name the target")
+                if not EARLIEST_MS <= ts <= latest_ok:
+                    if refused is None:
+                        why = check_ms("sample timestamp", ts, now_ms, skew_s)
+                        refused = ScrapeBatch(cluster=cluster, target=inst, job=j, instance=inst, scraped_at_ms=now_ms,
+                                              rejected=f"{path}:{line}: {why}")
+                    refused.add_sample(refused.add_series(name, labels), value, ts)
+                    continue
                 if released_ms is not None and ts < released_ms:
                     raise UserError(f"{path}:{line}: timestamp {ts} is older than samples already replayed "
                                     f"({released_ms}); sort the file by timestamp")
@@ -103,6 +118,11 @@ def read_metrics_file(
                 buffered += 1
                 if latest_ms is None or ts > latest_ms:
                     latest_ms = ts
+            if refused is not None:
+                if len(refused.sample_value) > 1:
+                    refused.rejected += f" (and {len(refused.sample_value) - 1} more such samples in lines up to " \
+                                        f"{first_line - 1})"
+                yield refused
             if buffered > max_buffered_samples:
                 # Release what the file has moved past; if that is not enough, the oldest of the rest.
                 yield from release(latest_ms)

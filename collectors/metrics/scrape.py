@@ -27,6 +27,7 @@ from collectors.metrics.parse import parse_text, to_batch
 from collectors.metrics.targets import Target
 from gangscope import telemetry
 from gangscope.records import ScrapeBatch
+from gangscope.timesanity import DEFAULT_SKEW_S, split_refused
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +50,16 @@ class EncodedScrapeBatch(ScrapeBatch):
 
 
 def _parse_encode(text: str, cluster: str, target: str, job: str, instance: str, scraped_at_ms: int,
-                  fetch_s: float, labels: dict[str, str]) -> tuple[bytes, int, str | None, float]:
-    """Worker side: parse and encode one scrape; returns (record bytes, samples, error, duration_s)."""
+                  fetch_s: float, labels: dict[str, str],
+                  skew_s: float = DEFAULT_SKEW_S) -> tuple[bytes, int, str | None, float, ScrapeBatch | None]:
+    """Worker side: parse and encode one scrape; returns (record bytes, samples, error, duration_s, refused)."""
     t0 = time.perf_counter()
     parsed = parse_text(text)
     b = to_batch(parsed, cluster=cluster, target=target, job=job, instance=instance, scraped_at_ms=scraped_at_ms,
                  extra_labels=labels)
+    refused = split_refused(b, scraped_at_ms, skew_s)
     b.duration_s = fetch_s + (time.perf_counter() - t0)
-    return b.to_bytes(), len(parsed), b.error, b.duration_s
+    return b.to_bytes(), len(b.sample_value), b.error, b.duration_s, refused
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
@@ -89,14 +92,16 @@ class Scraper:
     """
 
     def __init__(self, cluster: str, emit: Emit, max_connections: int = 1000,
-                 pool: ProcessPoolExecutor | None = None) -> None:
+                 pool: ProcessPoolExecutor | None = None, skew_s: float = DEFAULT_SKEW_S) -> None:
         self.cluster = cluster
+        self.skew_s = skew_s
         self.emit = emit
         self.pool = pool
         self.max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self._ssl: dict[Target, Any] = {}
         self._inflight: set[str] = set()
+        self._refused_logged: set[str] = set()
         self.rounds = 0
         self.samples = 0
         self.failures = 0
@@ -153,12 +158,12 @@ class Scraper:
         except (aiohttp.ClientError, OSError, RuntimeError, UnicodeError) as e:
             batch = self._failed(t, start_ms, time.perf_counter() - t0, f"{type(e).__name__}: {e}"[:500])
         else:
-            batch = None
+            batch = refused = None
             if self.pool is not None:
                 try:
-                    encoded, samples, error, duration_s = await asyncio.get_running_loop().run_in_executor(
+                    encoded, samples, error, duration_s, refused = await asyncio.get_running_loop().run_in_executor(
                         self.pool, _parse_encode, text, self.cluster, t.url, t.job, t.instance, start_ms,
-                        time.perf_counter() - t0, t.labels)
+                        time.perf_counter() - t0, t.labels, self.skew_s)
                 except Exception as e:  # a broken pool (worker killed): parse here from now on
                     log.error("parse workers failed (%s: %s); parsing in the scraper from now on",
                               type(e).__name__, e)
@@ -172,6 +177,13 @@ class Scraper:
                 samples, error = len(parsed), parsed.error_summary()
                 batch = to_batch(parsed, cluster=self.cluster, target=t.url, job=t.job, instance=t.instance,
                                  scraped_at_ms=start_ms, duration_s=time.perf_counter() - t0, extra_labels=t.labels)
+                refused = split_refused(batch, start_ms, self.skew_s)
+                samples = len(batch.sample_value)
+            if refused is not None:  # time sanity: these samples land as a dead letter with the reason
+                if t.url not in self._refused_logged:  # once per target; the count is in /metrics
+                    self._refused_logged.add(t.url)
+                    log.warning("%s: sample(s) refused by time sanity: %s", t.url, refused.rejected)
+                self.emit(refused)
             if error:
                 log.warning("%s: broken line(s) skipped; %s", t.url, error)
             self.samples += samples
@@ -285,7 +297,7 @@ def serve(settings: Any, emit: Emit, stop: Any, client: Any = None, refresh_s: f
             done.set()
 
         watcher = loop.create_task(watch_stop())
-        async with Scraper(settings.cluster, emit, pool=pool) as scraper:
+        async with Scraper(settings.cluster, emit, pool=pool, skew_s=settings.clock_skew_s) as scraper:
             await scraper.run(targets, done, refresh_s=refresh_s)
         watcher.cancel()
         log.info("metrics collector stopped after %d rounds, %d samples, %d failed scrapes",

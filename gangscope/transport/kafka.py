@@ -46,7 +46,7 @@ def producer(settings: Settings, bootstrap: str, **overrides: Any) -> KafkaProdu
         compression_type=comp,
         linger_ms=20,
         batch_size=1 << 20,
-        max_request_size=16 << 20,
+        max_request_size=max(settings.kafka.max_record_bytes, 1 << 20) + (64 << 10),  # + batch overhead
         retries=10,
         max_in_flight_requests_per_connection=1,
         # A batch resent after a lost ack is dropped by the broker (producer id + sequence), not stored
