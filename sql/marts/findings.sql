@@ -69,7 +69,7 @@ ic_f AS (
            to_json({'throughput': tp.throughput, 'bandwidth_drops': bandwidth_drops, 'link_errors': link_errors,
                     'ports_down': ports_down, 'bandwidth_threshold_ratio': getvariable('bandwidth_ratio')}) AS evidence,
            format('Throughput fell to {}% of baseline while interconnect on {} degraded ({})',
-                  round(100 * min_ratio)::INTEGER, array_to_string(signal_nodes, ', '),
+                  TRY_CAST(round(100 * min_ratio) AS INTEGER), array_to_string(signal_nodes, ', '),
                   array_to_string(list_filter(['bandwidth drop' || CASE WHEN json_array_length(bandwidth_drops) > 0 THEN '' END,
                                                'link errors' || CASE WHEN json_array_length(link_errors) > 0 THEN '' END,
                                                'IB port down' || CASE WHEN json_array_length(ports_down) > 0 THEN '' END],
@@ -103,7 +103,7 @@ adm_f AS (
                     'admitted_at': a.admitted_at, 'reason': a.reason, 'message': a.message, 'reason_at': a.reason_at,
                     'cluster_queue': a.cluster_queue, 'local_queue': a.local_queue,
                     'missing_level': a.missing_level}) AS evidence,
-           format('Not admitted for {} min{}: {}', round(a.wait_s / 60)::INTEGER,
+           format('Not admitted for {} min{}: {}', TRY_CAST(round(a.wait_s / 60) AS INTEGER),
                   CASE WHEN a.admitted_at IS NULL THEN ' and counting' ELSE '' END,
                   coalesce(a.reason || ' - ' || a.message,
                            'topology level ' || a.missing_level || ' is carried by no node')) AS summary
@@ -121,8 +121,8 @@ gang_f AS (
                     'assembly_started_at': g.assembly_started_at, 'assembly_s': round(g.assembly_s),
                     'timeout_s': g.timeout_s, 'pod_group_phase': g.phase, 'pod_group_message': g.group_message,
                     'failed_scheduling': g.failed_reasons, 'idle_gpus': g.idle_gpus}) AS evidence,
-           format('Gang not running after {} s (timeout {} s): {}/{} pods running{}{}', round(g.assembly_s)::BIGINT,
-                  g.timeout_s::BIGINT, g.pods_running, g.gang_size,
+           format('Gang not running after {} s (timeout {} s): {}/{} pods running{}{}', TRY_CAST(round(g.assembly_s) AS BIGINT),
+                  TRY_CAST(g.timeout_s AS BIGINT), g.pods_running, g.gang_size,
                   CASE WHEN g.phase IS NOT NULL THEN ', PodGroup ' || g.phase ELSE '' END,
                   CASE WHEN g.idle_gpus > 0 THEN ', ' || g.idle_gpus || ' GPUs held idle' ELSE '' END) AS summary
     FROM intermediate.int_gang g JOIN j USING (cluster, namespace, job)
@@ -140,7 +140,7 @@ mis_f AS (
            to_json({'throughput': tp.throughput, 'level': level, 'domains': domains, 'needed_domains': needed_domains,
                     'domain_values': domain_values}) AS evidence,
            format('Throughput fell to {}% of baseline; pods span {} {} domains where {} would do',
-                  round(100 * min_ratio)::INTEGER, domains, level, needed_domains) AS summary
+                  TRY_CAST(round(100 * min_ratio) AS INTEGER), domains, level, needed_domains) AS summary
     FROM quiet_dips WHERE misplaced
 ),
 slow_f AS (
@@ -148,7 +148,7 @@ slow_f AS (
            started_at, ended_at, 0.6 AS confidence, nodes,
            to_json({'throughput': tp.throughput}) AS evidence,
            format('Throughput fell to {}% of baseline for {} samples with no queue, gang, placement, interconnect or GPU signal',
-                  round(100 * min_ratio)::INTEGER, samples) AS summary
+                  TRY_CAST(round(100 * min_ratio) AS INTEGER), samples) AS summary
     FROM quiet_dips WHERE NOT misplaced
 ),
 incidents AS (

@@ -5,6 +5,6 @@
 -- column: name: the LocalQueue
 -- column: cluster_queue: spec.clusterQueue
 SELECT cluster, namespace, name, object->>'$.spec.clusterQueue' AS cluster_queue
-FROM raw.k8s_objects
+FROM staging.stg_k8s_events
 WHERE kind = 'LocalQueue' AND api_version LIKE 'kueue.x-k8s.io/%' AND event_type IN ('ADDED', 'MODIFIED')
 QUALIFY row_number() OVER (PARTITION BY cluster, namespace, name ORDER BY observed_at DESC) = 1

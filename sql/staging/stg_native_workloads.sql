@@ -8,6 +8,6 @@
 SELECT cluster, namespace, name, api_version,
        object->>'$.spec.controllerRef.kind' AS controller_kind,
        object->>'$.spec.controllerRef.name' AS controller_name
-FROM raw.k8s_objects
+FROM staging.stg_k8s_events
 WHERE kind = 'Workload' AND api_version LIKE 'scheduling.k8s.io/%' AND event_type IN ('ADDED', 'MODIFIED')
 QUALIFY row_number() OVER (PARTITION BY cluster, namespace, name ORDER BY observed_at DESC) = 1

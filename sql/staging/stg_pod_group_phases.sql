@@ -13,7 +13,7 @@ SELECT cluster, namespace, name,
                 CASE json_extract_string(object, '$.status.conditions[0].status')
                     WHEN 'True' THEN 'Scheduled' WHEN 'False' THEN 'Unschedulable' END) AS phase,
        min(observed_at) AS first_at
-FROM raw.k8s_objects
+FROM staging.stg_k8s_events
 WHERE kind = 'PodGroup' AND event_type IN ('ADDED', 'MODIFIED')
 GROUP BY ALL
 HAVING phase IS NOT NULL

@@ -18,7 +18,7 @@
 -- column: deleted: the latest event was DELETED
 WITH latest AS (
     SELECT *, max(observed_at) OVER (PARTITION BY cluster, api_version, namespace, name) AS last_seen_at
-    FROM raw.k8s_objects
+    FROM staging.stg_k8s_events
     WHERE event_type IN ('ADDED', 'MODIFIED', 'DELETED')
       AND ((kind = 'PodGroup' AND (api_version LIKE 'scheduling.x-k8s.io/%' OR api_version LIKE 'scheduling.volcano.sh/%'
                                    OR api_version LIKE 'scheduling.k8s.io/%'))

@@ -26,7 +26,7 @@
 -- column: unscheduled_message: message of condition PodScheduled=False
 WITH ev AS (
     SELECT *, coalesce(uid, namespace || '/' || name) AS key
-    FROM raw.k8s_objects
+    FROM staging.stg_k8s_events
     WHERE kind = 'Pod' AND event_type IN ('ADDED', 'MODIFIED', 'DELETED')
 ),
 hist AS (
