@@ -4,26 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from datetime import UTC, datetime
 
-# key=value / "key": "value" pairs whose value must never reach a log.
-_SECRET = re.compile(
-    r"(?i)((?:password|passwd|token|secret|sasl_plain_password|authorization|bearer)[\"']?\s*[:=]\s*[\"']?)"
-    r"([^\s\"',}]+)"
-)
-
-
-# user:password@ in URLs (postgres://gs:pw@host/db) and "Bearer <token>" (deploy issue #8).
-_URL_PASSWORD = re.compile(r"(?i)([a-z][a-z0-9+.-]*://[^:/@\s]*:)([^@\s]+)(@)")
-_BEARER = re.compile(r"(?i)(bearer\s+)([^\s\"',}]+)")
+from gangscope.secrets import redact
 
 
 def scrub(text: str) -> str:
-    text = _URL_PASSWORD.sub(r"\1***\3", text)
-    text = _BEARER.sub(r"\1***", text)
-    return _SECRET.sub(r"\1***", text)
+    """Credentials out of a log line (gangscope/secrets.py)."""
+    return redact(text)
 
 
 class _Text(logging.Formatter):

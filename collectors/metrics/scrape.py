@@ -27,6 +27,7 @@ from collectors.metrics.parse import parse_text, to_batch
 from collectors.metrics.targets import Target
 from gangscope import telemetry
 from gangscope.records import ScrapeBatch
+from gangscope.secrets import redact
 from gangscope.timesanity import DEFAULT_SKEW_S, split_refused
 
 log = logging.getLogger(__name__)
@@ -162,43 +163,43 @@ class Scraper:
             if self.pool is not None:
                 try:
                     encoded, samples, error, duration_s, refused = await asyncio.get_running_loop().run_in_executor(
-                        self.pool, _parse_encode, text, self.cluster, t.url, t.job, t.instance, start_ms,
+                        self.pool, _parse_encode, text, self.cluster, t.name, t.job, t.instance, start_ms,
                         time.perf_counter() - t0, t.labels, self.skew_s)
                 except Exception as e:  # a broken pool (worker killed): parse here from now on
                     log.error("parse workers failed (%s: %s); parsing in the scraper from now on",
                               type(e).__name__, e)
                     self.pool = None
                 else:
-                    batch = EncodedScrapeBatch(cluster=self.cluster, target=t.url, job=t.job, instance=t.instance,
+                    batch = EncodedScrapeBatch(cluster=self.cluster, target=t.name, job=t.job, instance=t.instance,
                                                scraped_at_ms=start_ms, up=True, duration_s=duration_s, error=error)
                     batch.encoded, batch.samples = encoded, samples
             if batch is None:
                 parsed = parse_text(text)
                 samples, error = len(parsed), parsed.error_summary()
-                batch = to_batch(parsed, cluster=self.cluster, target=t.url, job=t.job, instance=t.instance,
+                batch = to_batch(parsed, cluster=self.cluster, target=t.name, job=t.job, instance=t.instance,
                                  scraped_at_ms=start_ms, duration_s=time.perf_counter() - t0, extra_labels=t.labels)
                 refused = split_refused(batch, start_ms, self.skew_s)
                 samples = len(batch.sample_value)
             if refused is not None:  # time sanity: these samples land as a dead letter with the reason
                 if t.url not in self._refused_logged:  # once per target; the count is in /metrics
                     self._refused_logged.add(t.url)
-                    log.warning("%s: sample(s) refused by time sanity: %s", t.url, refused.rejected)
+                    log.warning("%s: sample(s) refused by time sanity: %s", t.name, refused.rejected)
                 self.emit(refused)
             if error:
-                log.warning("%s: broken line(s) skipped; %s", t.url, error)
+                log.warning("%s: broken line(s) skipped; %s", t.name, error)
             self.samples += samples
         finally:
             self._inflight.discard(t.url)
         if not batch.up:
             self.failures += 1
-            log.debug("scrape of %s failed: %s", t.url, batch.error)
+            log.debug("scrape of %s failed: %s", t.name, batch.error)
         telemetry.scrape_done(batch)
         self.emit(batch)
         return batch
 
     def _failed(self, t: Target, start_ms: int, duration_s: float, error: str) -> ScrapeBatch:
-        return ScrapeBatch(cluster=self.cluster, target=t.url, job=t.job, instance=t.instance,
-                           scraped_at_ms=start_ms, up=False, duration_s=duration_s, error=error)
+        return ScrapeBatch(cluster=self.cluster, target=t.name, job=t.job, instance=t.instance,
+                           scraped_at_ms=start_ms, up=False, duration_s=duration_s, error=redact(error))
 
     async def scrape_round(self, targets: Iterable[Target]) -> list[ScrapeBatch]:
         """Scrape all ``targets`` at once; returns their batches (already emitted) in target order."""

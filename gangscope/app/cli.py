@@ -17,6 +17,7 @@ from typing import Any
 from gangscope import __version__
 from gangscope.config import ConfigError, Settings, load
 from gangscope.errors import UserError
+from gangscope.secrets import redact
 
 # Modules that register commands, in the order their commands appear in --help.
 COMMAND_MODULES = (
@@ -97,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings: Settings = load(getattr(args, "config", None), _overrides(args))
     except ConfigError as e:
-        print(f"gangscope: config error: {e}", file=sys.stderr)
+        print(redact(f"gangscope: config error: {e}"), file=sys.stderr)
         return 2
     from gangscope import logs
 
@@ -105,14 +106,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(settings, args) or 0)
     except (UserError, ConfigError) as e:
-        print(f"gangscope: {e}", file=sys.stderr)
+        print(redact(f"gangscope: {e}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gangscope: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # one line for the user; the traceback only at debug level
         log.debug("failed", exc_info=True)
-        print(f"gangscope: error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(redact(f"gangscope: error: {type(e).__name__}: {e}".splitlines()[0]), file=sys.stderr)
         return 1
 
 
