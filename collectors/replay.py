@@ -100,6 +100,9 @@ def publish(settings: Settings, bootstrap: str, k8s_files: list[str], metrics_fi
     for it in _inputs(settings, k8s_files, [], job, instance):
         for _ in it:
             pass
+    from gangscope.transport.kafka import check_reachable
+
+    check_reachable(bootstrap)
     stats = ReplayStats()
     bound = max(2, settings.k8s.buffer_max_records)
     start = time.monotonic()

@@ -269,9 +269,15 @@ def load(
     if config_file:
         path = Path(config_file)
         try:
-            loaded = yaml.safe_load(path.read_text()) or {}
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
+        except IsADirectoryError:
+            raise ConfigError(f"config file {path} is a directory; name a YAML file") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+        except OSError as e:
+            raise ConfigError(f"config file {path}: cannot read: {e.strerror}") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
         if not isinstance(loaded, dict):
@@ -303,6 +309,12 @@ def _validate(s: Settings) -> None:
         raise ConfigError("kafka.partitions: must be at least 1")
     if s.kafka.compression not in ("gzip", "none", "lz4", "zstd", "snappy"):
         raise ConfigError(f"kafka.compression: unknown codec {s.kafka.compression!r}")
+    if s.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ConfigError(f"log.level: expected DEBUG, INFO, WARNING, ERROR or CRITICAL, got {s.log.level!r}")
+    if s.data.exists() and not s.data.is_dir():
+        raise ConfigError(f"data: {s.data} is a file; --data names the directory that holds the lake")
+    if s.clock_skew_s <= 0:
+        raise ConfigError(f"clock_skew_s: must be positive, got {s.clock_skew_s!r}")
     if s.log.format not in ("text", "json"):
         raise ConfigError(f"log.format: expected text or json, got {s.log.format!r}")
     if s.catalog and not s.catalog.startswith(("sqlite:", "postgres:", "postgresql:")):

@@ -43,3 +43,13 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # kafka-python's "task ran for 0.3s" event-loop notices: about our own CPU load, not the broker.
     logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
+    # ... and its "Metadata refresh: failed Cancelled" ERROR when a client closes while a refresh is pending:
+    # every replay ended with it though nothing was wrong.
+    cluster = logging.getLogger("kafka.cluster")
+    if not any(isinstance(f, _ClosingNoise) for f in cluster.filters):
+        cluster.addFilter(_ClosingNoise())
+
+
+class _ClosingNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Cancelled" not in record.getMessage()

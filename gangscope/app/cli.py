@@ -11,6 +11,7 @@ import argparse
 import importlib
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,6 +55,7 @@ def common_options() -> argparse.ArgumentParser:
                    "or postgres://... (env GANGSCOPE_CATALOG)")
     g.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     g.add_argument("--log-format", choices=("text", "json"), help="log line format (default text)")
+    g.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
     return p
 
 
@@ -111,8 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gangscope: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # one line for the user; the traceback only at debug level
-        log.debug("failed", exc_info=True)
+    except Exception as e:  # one line for the user; the traceback only with --debug (or at debug level)
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        else:
+            log.debug("failed", exc_info=True)
         print(redact(f"gangscope: error: {type(e).__name__}: {e}".splitlines()[0]), file=sys.stderr)
         return 1
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
+import time
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -11,6 +13,7 @@ from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from gangscope.config import Settings
+from gangscope.errors import UserError
 from gangscope.records import topic_names
 
 log = logging.getLogger(__name__)
@@ -18,6 +21,24 @@ log = logging.getLogger(__name__)
 
 def _security(settings: Settings) -> dict[str, Any]:
     return dict(settings.kafka.security)
+
+
+def check_reachable(bootstrap: str, timeout_s: float = 10.0) -> None:
+    """Fail fast, naming the address, when no bootstrap broker accepts a TCP connection.
+
+    Without it an unreachable broker surfaced only after the publisher's retries (126 s for a replay).
+    """
+    tried: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    for addr in [a.strip() for a in bootstrap.split(",") if a.strip()]:
+        host, _, port = addr.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]") or "localhost", int(port)),
+                                          timeout=max(0.5, min(5.0, deadline - time.monotonic()))):
+                return
+        except (OSError, ValueError) as e:
+            tried.append(f"{addr} ({getattr(e, 'strerror', None) or e})")
+    raise UserError(f"Kafka is unreachable: tried {', '.join(tried) or repr(bootstrap)}; check --bootstrap-servers")
 
 
 def topics(settings: Settings) -> dict[str, str]:
