@@ -218,3 +218,51 @@ def test_pipeline_run_moves_the_metrics(settings) -> None:
     assert value("gangscope_dead_letters_total") == 1
     assert (telemetry.REGISTRY.get_sample_value("gangscope_batch_seconds_count") or 0) > batches_before
     assert "pipeline" not in telemetry.health()[1]["components"]  # a clean stop is not a failure
+
+
+def test_idle_and_slow_connections_do_not_stop_healthz() -> None:
+    """500 half-open requests (some idle, some trickling headers): /healthz still answers within 1 s."""
+    import socket
+    import urllib.request
+
+    srv = telemetry.start_http_server("127.0.0.1:0", limits=telemetry.Limits(max_connections=100))
+    socks = []
+    try:
+        for i in range(500):
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            if i % 2:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+            socks.append(s)
+        with urllib.request.urlopen(f"{srv.url}/healthz", timeout=1.0) as resp:  # the issue's bound
+            assert resp.status == 200 and json.loads(resp.read())["status"] in ("ok", "unhealthy")
+        assert srv.evicted >= 400  # the oldest half-open ones made room, the rest stay within the limit
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()
+
+
+def test_header_timeout_body_limit_and_a_mounted_route() -> None:
+    import socket
+
+    srv = telemetry.start_http_server("127.0.0.1:0", limits=telemetry.Limits(header_timeout_s=0.3, max_body_bytes=10))
+    got: list[bytes] = []
+    srv.add_route("POST", "/api/v1/write", lambda body, headers: (got.append(body) or 204, "text/plain", b""))
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")  # and then nothing
+            assert s.recv(100).startswith(b"HTTP/1.1 408 ")  # closed by the server, not held open
+
+        def post(body: bytes, length: int) -> bytes:
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+                s.sendall(b"POST /api/v1/write HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % length + body)
+                return s.recv(100)
+
+        assert post(b"x" * 11, 11).startswith(b"HTTP/1.1 413 ")
+        assert post(b"snappy", 6).startswith(b"HTTP/1.1 204 ") and got == [b"snappy"]
+        assert post(b"", 0).startswith(b"HTTP/1.1 204 ")
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"GET /api/v1/write HTTP/1.1\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 405 ")
+    finally:
+        srv.stop()
