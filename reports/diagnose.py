@@ -8,6 +8,8 @@ from typing import Any
 
 import duckdb
 
+from reports.terminal import terminal_safe
+
 FIELDS = ("cluster", "namespace", "job", "job_kind", "workload", "pod_group", "root_cause", "severity",
           "started_at", "ended_at", "confidence", "nodes", "evidence", "summary")
 
@@ -86,4 +88,4 @@ def to_table(rows: list[dict[str, Any]]) -> str:
     widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(len(head) - 1)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(x[:-1], widths, strict=True)) + "  " + str(x[-1])
              for x in [head, *body]]
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(terminal_safe(line.rstrip()) for line in lines)

@@ -29,6 +29,7 @@ from sqlglot import exp
 
 from gangscope.config import Settings
 from gangscope.errors import UserError
+from reports.terminal import terminal_safe
 
 log = logging.getLogger(__name__)
 logging.getLogger("sqlglot").setLevel(logging.ERROR)  # its "falling back to a Command" notes are not the user's news
@@ -211,10 +212,10 @@ def _cell(v: Any) -> str:
 
 
 def format_table(cols: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int = 60) -> str:
-    cells = [[_cell(v).replace("\n", " ")[:max_width] for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+    cells = [[terminal_safe(_cell(v))[:max_width] for v in r] for r in rows]
+    widths = [max([len(terminal_safe(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)).rstrip()  # noqa: E731
-    out = [line(cols), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    out = [line([terminal_safe(c) for c in cols]), line(["-" * w for w in widths])] + [line(r) for r in cells]
     out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
     return "\n".join(out)
 
