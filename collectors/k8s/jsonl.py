@@ -111,14 +111,16 @@ def read_events(path: str | Path, cluster: str, skew_s: float = DEFAULT_SKEW_S,
         f = open(path, encoding="utf-8")  # noqa: SIM115 - closed by the with below
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
+    lineno = 0
     with f:
         try:
-            for lineno, line in enumerate(f, 1):
+            for lineno, line in enumerate(f, 1):  # noqa: B007 - lineno is read after the loop
                 ev = parse_line(line, cluster, f"{path}:{lineno}", skew_s, max_bytes)
                 if ev is not None:
                     yield ev
         except UnicodeDecodeError as e:
-            raise UserError(f"{path}: not UTF-8 text: {e}") from None
+            raise UserError(f"{path}: not UTF-8 text after line {lineno}: {e.reason} "
+                            f"(byte 0x{e.object[e.start]:02x})") from None
 
 
 class Writer:
