@@ -168,6 +168,7 @@ class Outcome:
     lost: int = 0
     findings_same: bool = True
     note: str = ""
+    built: bool = False
 
 
 def baseline(root: Path, bootstrap: str) -> tuple[Path, dict, dict]:
@@ -185,7 +186,7 @@ def baseline(root: Path, bootstrap: str) -> tuple[Path, dict, dict]:
 def settings_for(data: Path, bootstrap: str, prefix: str) -> config.Settings:
     return config.load(overrides={"data": str(data), "kafka": {"bootstrap_servers": bootstrap, "topic_prefix": prefix,
                                                                 "partitions": 1},
-                                  "pipeline": {"group_id": f"{prefix}g", "flush_seconds": 0.3, "idle_seconds": 2.0}},
+                                  "pipeline": {"group_id": f"{prefix}g", "flush_seconds": 0.3, "idle_seconds": 1.0}},
                        environ={})
 
 
@@ -238,7 +239,8 @@ def run_case(kind: str, content: object, s: config.Settings, work: Path, bootstr
                 replay(s, [str(f)] if kind == "k8s" else [], [str(f)] if kind == "metrics" else [], progress=None)
             except UserError as e:
                 out.clear, out.note = True, str(e).replace(str(work) + "/", "")
-                expect_good = 0  # refused before publishing anything: the user fixes the file
+                out.lost = sum(before[k] - v for k, v in counts(s).items() if k in ("k8s", "points"))
+                return out  # refused before publishing anything (the user fixes the file): the lake is untouched
         else:
             name, body, encoding, status = content  # type: ignore[misc]
             out.clear, out.note = scrape_once(s, body, encoding, status, bootstrap)
@@ -246,6 +248,7 @@ def run_case(kind: str, content: object, s: config.Settings, work: Path, bootstr
             raw = body if isinstance(body, bytes) else body.encode()
             expect_good = 1 if b"good_metric" in raw and status == 200 and encoding is None else 0
         models.build(s)
+        out.built = True
     except Exception as e:  # noqa: BLE001 - what this bench counts
         out.crashed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         traceback.print_exc()
@@ -359,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
                     out.clear, out.note = True, str(e).replace(str(work), "<case>")
             else:
                 out = run_case(kind, content, s, work, broker.bootstrap)
-                out.findings_same = {k: v for k, v in findings(s).items() if k in base_findings} == base_findings
+                if out.built:
+                    out.findings_same = {k: v for k, v in findings(s).items() if k in base_findings} == base_findings
             results.append((name, kind, out))
             state = "CRASH " + out.crashed if out.crashed else ("clear" if out.clear else "accepted")
             print(f"{kind:8} {name:40} {state:9} lost={out.lost} findings_same={out.findings_same} "

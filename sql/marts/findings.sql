@@ -34,7 +34,8 @@ gpu_f AS (
            CASE WHEN bool_or(kind <> 'gpu_missing') THEN 0.95 ELSE 0.8 END AS confidence,
            list_sort(list(DISTINCT node)) AS nodes,
            to_json({'faults': list({'node': node, 'gpu': gpu, 'kind': kind, 'xid': code, 'first_at': started_at,
-                                    'last_at': last_at, 'samples': samples} ORDER BY started_at)}) AS evidence,
+                                    'last_at': last_at, 'samples': samples}
+                                   ORDER BY started_at, node, gpu, kind)}) AS evidence,
            format('GPU {} on {} reported {} from {}', arg_min(gpu, started_at), arg_min(node, started_at),
                   CASE arg_min(kind, started_at) WHEN 'xid' THEN 'hardware XID ' || arg_min(code, started_at)
                        WHEN 'ecc_dbe' THEN 'double-bit ECC errors' ELSE 'nothing (its series stopped)' END,
