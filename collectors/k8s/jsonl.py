@@ -119,8 +119,20 @@ def read_events(path: str | Path, cluster: str, skew_s: float = DEFAULT_SKEW_S,
                 if ev is not None:
                     yield ev
         except UnicodeDecodeError as e:
-            raise UserError(f"{path}: not UTF-8 text after line {lineno}: {e.reason} "
+            raise UserError(f"{path}:{_first_bad_line(path, lineno)}: not UTF-8 text: {e.reason} "
                             f"(byte 0x{e.object[e.start]:02x})") from None
+
+
+def _first_bad_line(path: str | Path, after: int) -> int:
+    """The first line after ``after`` that is not UTF-8 (the text reader decodes ahead, in chunks)."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if n > after:
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return n
+    return after + 1
 
 
 class Writer:
