@@ -239,6 +239,7 @@ class Server:
         self._loop = asyncio.new_event_loop()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gangscope-http")
         self._reading: collections.OrderedDict[asyncio.Task[None], None] = collections.OrderedDict()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._open = 0
         self._evicting = 0
         self.evicted = 0
@@ -275,6 +276,8 @@ class Server:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         self._open += 1
         while self._open - self._evicting > self.limits.max_connections and self._reading:
             oldest = next(iter(self._reading))
@@ -348,10 +351,14 @@ class Server:
             self._srv.close()
             for task in list(self._reading):
                 task.cancel()
+            await asyncio.wait_for(asyncio.gather(*self._tasks, return_exceptions=True), 5)
 
-        asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=5)
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._loop.is_running():
+            self._loop.close()
         self._pool.shutdown(wait=False)
 
     __call__ = stop
