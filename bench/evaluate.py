@@ -1,6 +1,10 @@
 """Scores the classifier against the simulator's ground truth: every scenario over several seeds and
-cluster sizes; prints a confusion matrix, per-class precision/recall and macro-F1, and ends with
-``evaluate: scenarios=<n> macro_f1=<f> healthy_flagged=<k>``.
+cluster sizes, and every first-contact / slow-pull variant (``collectors/simulate/variants.py``) over the first
+seed and size (``--variant-seeds``, ``--variant-nodes``); prints a confusion matrix, per-class
+precision/recall and macro-F1, and ends with
+``evaluate: macro_f1=<f> healthy_flagged=<k> phantom_jobs=<p>``: ``healthy_flagged`` counts
+jobs that are healthy in truth but have any finding, ``phantom_jobs`` jobs gangscope reports that are not in
+the truth (e.g. a PodGroup taken for a job of its own).
 
 Each run: ``collectors.simulate.generate`` -> land the files into a fresh lake -> ``models.build`` ->
 ``reports.diagnose.findings(include_healthy=True)``; a job's predicted class is its primary finding
@@ -62,8 +66,9 @@ def replay_kafka(settings: config.Settings, k8s: list[str], metrics: list[str]) 
 
 
 def run_scenario(name: str, seed: int, nodes: int, work: Path,
-                 via_kafka: bool = False) -> list[tuple[str, str, str, bool]]:
-    """(job, true class, predicted class, any critical finding) for every job of one generated scenario."""
+                 via_kafka: bool = False) -> tuple[list[tuple[str, str, str, bool]], list[str]]:
+    """(job, true class, predicted class, any critical finding) for every job of one generated scenario, and the
+    jobs gangscope reported that the truth does not have (phantoms)."""
     from collectors.simulate import generate
     from pipeline import lake, models
     from reports import diagnose
@@ -78,7 +83,13 @@ def run_scenario(name: str, seed: int, nodes: int, work: Path,
         rows = diagnose.findings(con, include_healthy=True)
     finally:
         con.close()
-    return score(json.loads((g.directory / "truth.json").read_text()), rows)
+    truth = json.loads((g.directory / "truth.json").read_text())
+    return score(truth, rows), phantoms(truth, rows)
+
+
+def phantoms(truth: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    known = {(j["namespace"], j["job"]) for j in truth["jobs"]}
+    return sorted({f"{r['namespace']}/{r['job']}" for r in rows if (r["namespace"], r["job"]) not in known})
 
 
 def primary(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
@@ -136,39 +147,49 @@ def report(results: list[tuple[str, str, str, str]]) -> tuple[float, int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenarios", default="all", help="comma-separated scenario names (default all but mixed)")
+    ap.add_argument("--scenarios", default="all",
+                    help="comma-separated scenario or variant names (default: every scenario and variant)")
     ap.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
     ap.add_argument("--nodes", default="16,32", help="comma-separated cluster sizes (default 16,32)")
+    ap.add_argument("--variant-seeds", default="1", help="seeds for the variants (default 1)")
+    ap.add_argument("--variant-nodes", default="16", help="cluster sizes for the variants (default 16)")
     ap.add_argument("--via-kafka", action="store_true", help="replay through an embedded Kafka broker")
     ap.add_argument("--keep", metavar="DIR", help="keep generated files and lakes in DIR")
     args = ap.parse_args(argv)
     from collectors.simulate.scenarios import SCENARIOS
+    from collectors.simulate.variants import VARIANTS
 
-    names = list(SCENARIOS) if args.scenarios == "all" else args.scenarios.split(",")
-    seeds = [int(s) for s in args.seeds.split(",")]
-    sizes = [int(n) for n in args.nodes.split(",")]
+    names = list(SCENARIOS) + list(VARIANTS) if args.scenarios == "all" else args.scenarios.split(",")
     results: list[tuple[str, str, str, str]] = []
     healthy_flagged = 0
+    phantom_jobs = 0
     runs = 0
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.keep or tmp)
         for name in names:
+            variant = name in VARIANTS
+            seeds = [int(s) for s in (args.variant_seeds if variant else args.seeds).split(",")]
+            sizes = [int(n) for n in (args.variant_nodes if variant else args.nodes).split(",")]
             for seed in seeds:
                 for n in sizes:
                     tag = f"{name}/seed={seed}/nodes={n}"
                     try:
-                        res = run_scenario(name, seed, n, work, args.via_kafka)
+                        res, ghosts = run_scenario(name, seed, n, work, args.via_kafka)
                     except ValueError as e:  # the simulator cannot lay this scenario out on n nodes
                         print(f"{tag}: skipped ({e})", flush=True)
                         continue
                     runs += 1
                     results += [(tag, job, t, p) for job, t, p, _ in res]
                     bad = sum(1 for _, t, p, _ in res if t != p)
-                    print(f"{tag}: jobs={len(res)} wrong={bad} ({time.perf_counter() - t0:.0f}s)", flush=True)
-                    healthy_flagged += sum(1 for _, t, _, crit in res if t == "healthy" and crit)
+                    flagged = [job for job, t, p, _ in res if t == "healthy" and p not in ("healthy", "missing")]
+                    healthy_flagged += len(flagged)
+                    phantom_jobs += len(ghosts)
+                    extra = "".join(f" flagged={j}" for j in flagged) + "".join(f" phantom={j}" for j in ghosts)
+                    print(f"{tag}: jobs={len(res)} wrong={bad}{extra} ({time.perf_counter() - t0:.0f}s)", flush=True)
     macro_f1, _ = report(results)
-    print(f"evaluate: scenarios={runs} macro_f1={macro_f1:.3f} healthy_flagged={healthy_flagged}")
+    print(f"runs: {runs}")
+    print(f"evaluate: macro_f1={macro_f1:.3f} healthy_flagged={healthy_flagged} phantom_jobs={phantom_jobs}")
     return 0
 
 

@@ -1,6 +1,8 @@
 """Ingest benchmark: land M realistic 8-GPU dcgm-exporter scrapes vs. merely reading them from Kafka.
 
-Usage: ``python bench/ingest.py [--records M]``. Starts the embedded broker, publishes M scrape
+Usage: ``python bench/ingest.py [--records M] [--broker tansu|kafka|both]``. Starts the broker
+(default ``both``: the embedded Tansu broker, then Apache Kafka as the tests run it, each in its own
+process run and each line prefixed with its name), publishes M scrape
 records (200 samples each: the 23 dcgm-exporter series of the reference L4 scrape plus two DCP
 profiling series, for 8 GPUs, with pod attribution labels), then times
 
@@ -21,18 +23,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import logging
 import re
 import resource
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import duckdb  # noqa: E402
+import polars as pl  # noqa: E402
+import pyarrow as pa  # noqa: E402
 from kafka import ConsumerRebalanceListener  # noqa: E402
 
 from gangscope import config  # noqa: E402
@@ -41,6 +49,7 @@ from gangscope.transport import kafka as pkafka  # noqa: E402
 from gangscope.transport.broker import EmbeddedBroker  # noqa: E402
 from gangscope.transport.publish import Publisher  # noqa: E402
 from pipeline import consume  # noqa: E402
+from tests.servers import kafka as kafka_server  # noqa: E402
 
 REFERENCE = ROOT.parent / "shared" / "reference" / "telemetry"
 SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\}\s+(\S+)')
@@ -123,6 +132,108 @@ def raw_read(settings: config.Settings, bootstrap: str, records: int) -> float:
     return elapsed
 
 
+def _consume_batches(settings: config.Settings, bootstrap: str, records: int, listener: _Assigned,
+                     batch: int = 2000) -> Iterator[list[bytes]]:
+    """Record values in batches of ``batch``, read by a fresh consumer group (the peers' Kafka side)."""
+    c = pkafka.consumer(settings, bootstrap, group_id=f"peer-{uuid.uuid4().hex[:6]}",
+                        max_poll_records=consume.POLL_RECORDS)
+    c.subscribe(list(pkafka.topics(settings).values()), listener=listener)
+    n, buf = 0, []
+    try:
+        while n < records:
+            for recs in c.poll(timeout_ms=500).values():
+                n += len(recs)
+                buf.extend(r.value for r in recs)
+            if len(buf) >= batch or (n >= records and buf):
+                yield buf
+                buf = []
+    finally:
+        c.close()
+
+
+_PEER_SCHEMA = {"scraped_at": pl.Int64(), "target": pl.String(), "mn": pl.List(pl.String), "mc": pl.List(pl.Int64),
+                "ls": pl.List(pl.String), "lr": pl.List(pl.Int64), "x": pl.List(pl.Float64)}
+
+
+def _peer_rows(values: list[bytes]) -> pa.Table:
+    """What a hand-written lander makes of a batch: one wide row (ts, target, metric, labels, value) per sample.
+
+    Handles only what these records use (one sample per series at the scrape's time, finite values):
+    no checks, no dead letters, no series ids."""
+    df = pl.read_ndjson(io.BytesIO(b"\n".join(values)), schema=_PEER_SCHEMA).with_row_index("r")
+    metric = (df.select("r", "mn", "mc").explode(["mn", "mc"])
+              .select(pl.col("mn").repeat_by("mc")).explode("mn")["mn"])
+    runs = (df.select("r", "ls", f=pl.col("lr").list.gather_every(2), c=pl.col("lr").list.gather_every(2, 1))
+            .explode(["f", "c"]).with_columns(i=pl.int_ranges("f", pl.col("f") + pl.col("c"))).explode("i"))
+    labels = runs.select(pl.col("ls").list.get(pl.col("i")))["ls"]
+    samples = df.select(ts=pl.from_epoch("scraped_at", "ms").dt.replace_time_zone("UTC"), target="target",
+                        value="x").explode("value")
+    return samples.with_columns(metric=metric, labels=labels).select("ts", "target", "metric", "labels",
+                                                                     "value").to_arrow()
+
+
+def minimal_land(settings: config.Settings, bootstrap: str, records: int, db: Path) -> tuple[float, int]:
+    """Peer: kafka-python + Polars + DuckDB by hand, at least once (no offsets in the database), no dead
+    letters; seconds from partition assignment to the last batch inserted into a plain DuckDB file, and rows."""
+    listener = _Assigned()
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE samples (ts TIMESTAMPTZ, target VARCHAR, metric VARCHAR, labels VARCHAR, "
+                "value DOUBLE)")
+    for values in _consume_batches(settings, bootstrap, records, listener):
+        rows = _peer_rows(values)  # noqa: F841 (read by DuckDB's replacement scan)
+        con.execute("INSERT INTO samples SELECT * FROM rows")
+    elapsed = time.monotonic() - (listener.at or time.monotonic())
+    landed = con.execute("SELECT count(*) FROM samples").fetchone()[0]
+    con.close()
+    return elapsed, landed
+
+
+def dlt_land(settings: config.Settings, bootstrap: str, records: int, work: Path) -> tuple[float, int] | None:
+    """Peer: dlt (the ``bench`` extra) loading the same rows into DuckDB, handed over as Arrow tables (dlt's
+    fastest path: written straight to Parquet, no per-row normalising). Seconds from partition assignment to the
+    end of the load, and rows; None when dlt is not installed."""
+    try:
+        import dlt
+    except ImportError:
+        return None
+    listener = _Assigned()
+
+    @dlt.resource(name="samples", write_disposition="append")
+    def samples() -> Iterator[pa.Table]:
+        for values in _consume_batches(settings, bootstrap, records, listener):
+            yield _peer_rows(values)
+
+    pipe = dlt.pipeline(pipeline_name=f"bench_{uuid.uuid4().hex[:6]}", pipelines_dir=str(work / "dlt"),
+                        destination=dlt.destinations.duckdb(str(work / "dlt.duckdb")), dataset_name="bench")
+    pipe.run(samples())
+    elapsed = time.monotonic() - (listener.at or time.monotonic())
+    with duckdb.connect(str(work / "dlt.duckdb"), read_only=True) as con:
+        return elapsed, con.execute("SELECT count(*) FROM bench.samples").fetchone()[0]
+
+
+PEERS = {"minimal": "hand-written kafka-python + Polars + DuckDB lander (at least once, no dead letters)",
+         "dlt": "dlt to DuckDB, Arrow tables in (the bench extra)"}
+
+
+def run_peers(settings: config.Settings, bootstrap: str, records: int, samples: int, work: Path,
+              rates: dict[str, list[float]]) -> None:
+    """One run of each peer on the same records (each its own consumer group), appending samples/s to ``rates``."""
+    work.mkdir(parents=True, exist_ok=True)
+    s, landed = minimal_land(settings, bootstrap, records, work / "minimal.duckdb")
+    assert landed == samples, (landed, samples)
+    rates["minimal"].append(samples / s)
+    line = f"  peers: minimal {s:.2f}s, {rates['minimal'][-1]:,.0f} samples/s"
+    out = dlt_land(settings, bootstrap, records, work)
+    if out is None:
+        line += "; dlt not installed (pip install -e '.[bench]')"
+    else:
+        s, landed = out
+        assert landed == samples, (landed, samples)
+        rates["dlt"].append(samples / s)
+        line += f"; dlt {s:.2f}s, {rates['dlt'][-1]:,.0f} samples/s"
+    print(line, flush=True)
+
+
 def reset_peak_rss() -> None:
     """Forget this process's peak RSS so far (Linux), so the publishing phase does not count as the pipeline's."""
     with contextlib.suppress(OSError):
@@ -138,6 +249,24 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def start_broker(name: str) -> EmbeddedBroker | kafka_server.KafkaServer:
+    """The embedded broker, or Apache Kafka as tests/servers/kafka.py starts it (jars from .ci/run's cache)."""
+    return EmbeddedBroker().start() if name == "tansu" else kafka_server.start()
+
+
+def each_broker(argv: list[str]) -> int:
+    """Run this benchmark once per broker, one after the other, each line prefixed with the broker's name."""
+    rc = 0
+    for name in ("tansu", "kafka"):
+        proc = subprocess.Popen([sys.executable, __file__, *argv, "--broker", name], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout
+        for line in proc.stdout:
+            print(f"[{name}] {line}", end="", flush=True)
+        rc = rc or proc.wait()
+    return rc
+
+
 def median(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
 
@@ -147,9 +276,15 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=24000, help="scrape records to publish (default 24000)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each reader; medians are reported (default 3)")
     ap.add_argument("--batch-records", type=int, default=None, help="pipeline.batch_records (default: settings)")
+    ap.add_argument("--broker", choices=("tansu", "kafka", "both"), default="both",
+                    help="embedded Tansu, Apache Kafka, or both one after the other (default)")
+    ap.add_argument("--no-peers", action="store_true", help="skip the hand-written lander and dlt")
     args = ap.parse_args()
+    if args.broker == "both":
+        return each_broker([a for a in sys.argv[1:] if a not in ("--broker", "both")])
     logging.basicConfig(level=logging.WARNING)
-    broker = EmbeddedBroker().start()
+    logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)  # "task ran for 0.1s": our own CPU load
+    broker = start_broker(args.broker)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             pipeline: dict[str, object] = {"idle_seconds": 2.0}
@@ -161,6 +296,7 @@ def main() -> int:
             samples = publish(settings, broker.bootstrap, args.records)
             print(f"published {args.records} records, {samples} samples in {time.perf_counter() - t:.1f}s")
             raws, landeds, peaks = [], [], []
+            peers: dict[str, list[float]] = {"minimal": [], "dlt": []}
             # Interleaved, so a machine that gets busier or quieter during the run moves both alike.
             for run in range(args.repeat):
                 raw_s = raw_read(settings, broker.bootstrap, args.records)
@@ -176,12 +312,22 @@ def main() -> int:
                       f"{stats.active_s:.2f}s in {stats.batches} batches, {landeds[-1]:,.0f} samples/s "
                       f"(decoder thread: {stats.decode_s:.2f}s, writer thread: {stats.write_s:.2f}s); "
                       f"b/a {landeds[-1] / raws[-1]:.2f}")
+                if not args.no_peers:
+                    run_peers(settings, broker.bootstrap, args.records, samples, Path(tmp) / f"peers{run}", peers)
             raw, landed = median(raws), median(landeds)
             # The ratio is the median of the back-to-back pairs': the machine's speed moves both halves of a pair.
             ratio = median([b / a for a, b in zip(raws, landeds, strict=True)])
             rss_mb = max(peaks)
             print(f"medians of {args.repeat}: raw {raw:,.0f} samples/s, landed {landed:,.0f} samples/s")
-            print(f"ingest: landed={landed:.0f} raw={raw:.0f} ratio={ratio:.2f} rss_mb={rss_mb:.0f}")
+            print(f"case raw consume (no decoding): {raw:,.0f} samples/s, ratio 1")
+            print(f"case gangscope pipeline (exactly once, dead letters): {landed:,.0f} samples/s, ratio {ratio:.2f}")
+            for name, rates in peers.items():
+                if rates:
+                    r = median([b / a for a, b in zip(raws, rates, strict=False)])
+                    print(f"case {PEERS[name]}: {median(rates):,.0f} samples/s, ratio {r:.2f}")
+            dlt_ratio = median([a / b for a, b in zip(landeds, peers["dlt"], strict=False)]) if peers["dlt"] else None
+            print(f"ingest: landed={landed:.0f} raw={raw:.0f} ratio={ratio:.2f} rss_mb={rss_mb:.0f}"
+                  + (f" dlt_ratio={dlt_ratio:.1f}" if dlt_ratio else ""))
     finally:
         broker.stop()
     return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,8 +91,6 @@ def publish(settings: Settings, bootstrap: str, k8s_files: list[str], metrics_fi
             progress: Callable[[ReplayStats, bool], None] | None = stderr_progress,
             interval_s: float = 2.0) -> ReplayStats:
     """Publish every record of the files in time order; ``stats.offsets`` are the acknowledged ends."""
-    from gangscope.transport.publish import Publisher
-
     # Check the watch files before publishing anything: a malformed line found half-way would
     # otherwise leave half a replay in Kafka, doubled when the fixed file is replayed. (Cheap:
     # JSON only. Metric files are checked as they stream: parsing them twice would double the
@@ -100,16 +98,28 @@ def publish(settings: Settings, bootstrap: str, k8s_files: list[str], metrics_fi
     for it in _inputs(settings, k8s_files, [], job, instance):
         for _ in it:
             pass
-    from gangscope.transport.kafka import check_reachable
+    # main's admin() names the broker and fails within 15 s when nothing answers (no second reachability check).
+    from gangscope.transport.kafka import ensure_topics
 
-    check_reachable(bootstrap)
+    ensure_topics(settings, bootstrap)
+    return publish_records(settings, bootstrap, merged(settings, k8s_files, metrics_files, job, instance),
+                           progress, interval_s)
+
+
+def publish_records(settings: Settings, bootstrap: str, records: Iterable[Record],
+                    progress: Callable[[ReplayStats, bool], None] | None = stderr_progress,
+                    interval_s: float = 2.0) -> ReplayStats:
+    """Publish ``records`` (any source: files, a Prometheus backfill) without dropping one; ``stats.offsets``
+    are the acknowledged ends, for landing exactly up to them."""
+    from gangscope.transport.publish import Publisher
+
     stats = ReplayStats()
     bound = max(2, settings.k8s.buffer_max_records)
     start = time.monotonic()
     last_report = start
     publisher = Publisher(settings, bootstrap, max_buffered=bound)
     try:
-        for rec in merged(settings, k8s_files, metrics_files, job, instance):
+        for rec in records:
             if publisher.buffered >= bound // 2:
                 _drain(publisher, bound // 4, bootstrap)
             publisher.publish(rec)

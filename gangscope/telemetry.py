@@ -50,13 +50,20 @@ DEAD_LETTERS = Counter(
 )
 
 # --- collectors -----------------------------------------------------------------------
+# Targets are named scrape_job/scrape_instance: `job`/`instance` are the labels Prometheus itself sets when it
+# scrapes gangscope (ours would become exported_job/exported_instance).
 SCRAPE_UP = Gauge(
-    "gangscope_scrape_up", "1 if the last scrape of the target succeeded, else 0.", ["job", "instance"],
+    "gangscope_scrape_up", "1 if the last scrape of the target succeeded, else 0.", ["scrape_job", "scrape_instance"],
     registry=REGISTRY,
 )
 SCRAPE_DURATION = Gauge(
-    "gangscope_scrape_duration_seconds", "Duration of the last scrape of the target.", ["job", "instance"],
-    registry=REGISTRY,
+    "gangscope_scrape_duration_seconds", "Duration of the last scrape of the target.",
+    ["scrape_job", "scrape_instance"], registry=REGISTRY,
+)
+SCRAPE_FAILURES = Counter(
+    "gangscope_scrape_failures_total", "Failed scrapes (no samples recorded), by reason: timeout, http_status, "
+    "body_too_large, empty_body, not_utf8, content_type, parse_error, skipped, body_cut, connection.",
+    ["scrape_job", "reason"], registry=REGISTRY,
 )
 WATCH_RECONNECTS = Counter(
     "gangscope_watch_reconnects_total", "Watch streams re-opened (closed by server, network error).", ["kind"],
@@ -117,10 +124,13 @@ def records_polled(records: Sequence[Any]) -> None:
         RECORDS_CONSUMED.labels(records[0].topic).inc(len(records))
 
 
-def scrape_done(batch: Any) -> None:
-    """A ``ScrapeBatch`` (up, duration_s, job, instance) just scraped: scrape health per target."""
+def scrape_done(batch: Any, failure: str | None = None) -> None:
+    """A ``ScrapeBatch`` (up, duration_s, job, instance) just scraped: scrape health per target;
+    ``failure`` is the reason class of a failed one."""
     SCRAPE_UP.labels(batch.job, batch.instance).set(1 if batch.up else 0)
     SCRAPE_DURATION.labels(batch.job, batch.instance).set(batch.duration_s)
+    if not batch.up:
+        SCRAPE_FAILURES.labels(batch.job, failure or "connection").inc()
 
 
 def track_publisher(publisher: Any) -> None:
@@ -217,11 +227,26 @@ class Limits:
     max_connections: int = 256
 
 
-# A route: (request body, lower-cased headers) -> (status, content type, body). Runs in a worker thread.
-Route = Callable[[bytes, dict[str, str]], tuple[int, str, bytes]]
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
-            413: "Content Too Large", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
+# A route: (request body, headers) -> (status, content type or response headers, body). Runs in a worker
+# thread. Header names are looked up case-insensitively (the remote-write receiver asks for "Content-Type").
+Route = Callable[[bytes, Any], tuple[int, "str | dict[str, str]", bytes]]
+_REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            408: "Request Timeout", 411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
+            429: "Too Many Requests", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
             503: "Service Unavailable"}
+
+
+class _Headers(dict[str, str]):
+    """Request headers keyed by lower-cased name; ``get`` and ``[]`` take any case."""
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(key.lower(), default)
+
+    def __getitem__(self, key: str) -> str:
+        return super().__getitem__(key.lower())
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and super().__contains__(key.lower())
 
 
 class Server:
@@ -232,6 +257,7 @@ class Server:
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry, limits: Limits) -> None:
         self.limits = limits
+        self._max_body: dict[tuple[str, str], int] = {}
         self.routes: dict[tuple[str, str], Route] = {
             ("GET", "/metrics"): lambda body, headers: (200, CONTENT_TYPE_LATEST, generate_latest(registry)),
             ("GET", "/healthz"): _healthz,
@@ -270,8 +296,12 @@ class Server:
         host = f"[{self.host}]" if ":" in str(self.host) else self.host
         return f"http://{host}:{self.port}"
 
-    def add_route(self, method: str, path: str, route: Route) -> None:
+    def add_route(self, method: str, path: str, route: Route, max_body_bytes: int | None = None) -> None:
+        """Mount ``route``; ``max_body_bytes`` overrides ``limits.max_body_bytes`` for it (a remote-write
+        receiver takes bodies up to its own configured limit)."""
         self.routes[(method.upper(), path)] = route
+        if max_body_bytes is not None:
+            self._max_body[(method.upper(), path)] = max_body_bytes
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -287,15 +317,18 @@ class Server:
             self.evicted += 1
         self._reading[task] = None
         try:
-            status, ctype, body = await self._request(reader)
+            status, head_fields, body = await self._request(reader)
         except asyncio.CancelledError:
             self._evicting -= 1
-            status, ctype, body = 503, "text/plain", b"too many connections\n"
+            status, head_fields, body = 503, "text/plain", b"too many connections\n"
         finally:
             self._reading.pop(task, None)
         try:
-            head = (f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {ctype}\r\n"
-                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+            fields = {"Content-Type": head_fields} if isinstance(head_fields, str) else dict(head_fields)
+            fields = {k: v for k, v in fields.items() if k.lower() not in ("content-length", "connection")}
+            head = (f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
+                    + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+                    + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
             writer.write(head + body)
             await asyncio.wait_for(writer.drain(), self.limits.body_timeout_s)
         except (OSError, TimeoutError, asyncio.CancelledError):
@@ -304,7 +337,7 @@ class Server:
             self._open -= 1
             writer.close()
 
-    async def _request(self, reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
+    async def _request(self, reader: asyncio.StreamReader) -> tuple[int, str | dict[str, str], bytes]:
         text = "text/plain; charset=utf-8"
         try:
             raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.limits.header_timeout_s)
@@ -319,7 +352,7 @@ class Server:
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
             return 400, text, b"bad request line\n"
         method, path = parts[0].upper(), parts[1].split("?", 1)[0]
-        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+        headers = _Headers({k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)})
         route = self.routes.get((method, path))
         if route is None:
             if any(p == path for _, p in self.routes):
@@ -328,8 +361,9 @@ class Server:
         length = headers.get("content-length", "0")
         if not length.isdigit():
             return 400, text, b"bad Content-Length\n"
-        if int(length) > self.limits.max_body_bytes:
-            return 413, text, f"body over {self.limits.max_body_bytes} bytes\n".encode()
+        max_body = self._max_body.get((method, path), self.limits.max_body_bytes)
+        if int(length) > max_body:
+            return 413, text, f"body over {max_body} bytes\n".encode()
         body = b""
         if int(length):
             try:

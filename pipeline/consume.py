@@ -302,19 +302,48 @@ def _partitions(loop: _Loop, extra: set[tuple[str, int]], timeout_s: float = 30.
         time.sleep(0.1)
 
 
+def end_offsets(settings: Settings, bootstrap: str, parts: set[TopicPartition],
+                timeout_s: float = 30.0) -> dict[tuple[str, int], int]:
+    """The next offset of every partition now, from a fetch's high watermark.
+
+    ListOffsets alone is not trusted: the embedded Tansu broker answers the base offset of the last
+    batch plus one (350 records acked, 7 listed). A group-less consumer seeks one before the listed
+    end and reads the high watermark its fetch reports, which both brokers get right.
+    """
+    probe = pkafka.consumer(settings, bootstrap, group_id=None, max_partition_fetch_bytes=1 << 20)
+    try:
+        probe.assign(sorted(parts))
+        listed = probe.end_offsets(sorted(parts))
+        for tp in parts:
+            probe.seek(tp, max(listed[tp] - 1, 0))
+        deadline = time.monotonic() + timeout_s
+        while any(probe.highwater(tp) is None for tp in parts) and time.monotonic() < deadline:
+            probe.poll(timeout_ms=200)
+        return {(tp.topic, tp.partition): max(probe.highwater(tp) or 0, listed[tp]) for tp in parts}
+    finally:
+        probe.close()
+
+
 def run(settings: Settings, bootstrap: str, *, once: bool = False,
         until: dict[tuple[str, int], int] | None = None, stop: threading.Event | None = None) -> ConsumeStats:
     """Consume both topics and land them until ``stop`` is set (or drained/reached, see below).
 
-    ``once``: stop when nothing new arrived for ``pipeline.idle_seconds`` after the group assigned
-    partitions (never by end offsets: the embedded broker's can lag). ``until``: stop once every
-    listed (topic, partition) has its stored next offset at or beyond the given offset. The batch
-    in hand is always landed before returning.
+    ``once``: a drain that holds for the whole group. The end offsets of every partition are taken
+    at start; the run stops once the lake stores every partition up to them (whichever member landed
+    it) and nothing new arrived for ``pipeline.idle_seconds``. A member never stops while a partition
+    it does not own is still behind, so a rebalance cannot leave records unlanded behind two exits.
+    ``until``: stop once every listed (topic, partition) has its stored next offset at or beyond the
+    given offset. The batch in hand is always landed before returning.
     """
     stop = stop or threading.Event()
     started = time.monotonic()
     loop = _Loop(settings, bootstrap)
     try:
+        goal: dict[tuple[str, int], int] = {}
+        if once:
+            goal = end_offsets(settings, bootstrap, _partitions(loop, set()))
+            for tp, off in (until or {}).items():
+                goal[tp] = max(goal.get(tp, 0), off)
         if until is not None:
             # A bounded drain takes its partitions directly instead of joining the group: a group join
             # right after another member left waits for that member's session to expire (the embedded
@@ -355,13 +384,14 @@ def run(settings: Settings, bootstrap: str, *, once: bool = False,
             if until is not None and not loop.buffer and not loop.lander.pending and loop.reached(until):
                 break
             if once and not got:
-                if loop.assigned_at is None:
-                    if now - started > NO_ASSIGNMENT_GIVE_UP_S:
-                        log.warning("no partitions assigned within %.0fs; giving up", NO_ASSIGNMENT_GIVE_UP_S)
-                        break
-                elif now - max(last_new, loop.assigned_at) >= settings.pipeline.idle_seconds:
+                idle_since = max(last_new, loop.assigned_at or started)
+                if now - idle_since >= settings.pipeline.idle_seconds:
                     loop.flush(wait=True)
-                    if until is None or loop.reached(until):
+                    if loop.reached(goal):
+                        break
+                    if loop.assigned_at is None and now - started > NO_ASSIGNMENT_GIVE_UP_S:
+                        log.warning("no partitions assigned within %.0fs and the group is behind; giving up",
+                                    NO_ASSIGNMENT_GIVE_UP_S)
                         break
         loop.flush(wait=True)
         loop.commit()

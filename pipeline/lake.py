@@ -145,6 +145,27 @@ def retry(fn: Callable[[], T], attempts: int = 30, base_s: float = 0.05) -> T:
     raise AssertionError("unreachable")
 
 
+def temp_path(settings: Settings) -> Path:
+    """Where DuckDB spills what does not fit ``memory_limit``: always local (<data>/tmp), even with the
+    Parquet files on object storage."""
+    return settings.data / "tmp"
+
+
+def memory_config(settings: Settings) -> dict[str, object]:
+    """DuckDB settings that bound a connection's memory: ``memory_limit`` and a temp directory to spill to.
+
+    Without a limit DuckDB takes up to 80% of RAM: the full build at 1,024 GPUs x 6 h peaked at 2.7 GB RSS
+    (the DISTINCT over every sample and the counter window of stg_metric_signals). Hash aggregates, joins,
+    sorts and windows spill past the limit instead, at some CPU cost (bench/models.py, docs/scaling.md).
+    """
+    if not settings.memory_limit:
+        return {}
+    # Insertion order is kept only where a query asks for it (ORDER BY): otherwise DuckDB buffers whole inputs
+    # to write them back in order.
+    return {"memory_limit": settings.memory_limit, "temp_directory": str(temp_path(settings).absolute()),
+            "preserve_insertion_order": False}
+
+
 def connect(settings: Settings, read_only: bool = False, create: bool = True) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the lake attached as ``lake`` and selected (``USE lake``)."""
     if create and not read_only:
@@ -152,7 +173,7 @@ def connect(settings: Settings, read_only: bool = False, create: bool = True) ->
         settings.lake_path.mkdir(parents=True, exist_ok=True)
     elif read_only:
         require(settings)  # a clear error, not DuckDB's "unable to open database file"
-    con = duckdb.connect(config={"threads": os.cpu_count() or 2})
+    con = duckdb.connect(config={"threads": os.cpu_count() or 2, **memory_config(settings)})
     load_extensions(con, catalog_extensions(settings))
     retry(lambda: con.execute(attach_sql(settings, read_only=read_only)))
     con.execute(f"USE {ALIAS}")

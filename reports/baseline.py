@@ -22,6 +22,11 @@ from gangscope.config import Settings
 from gangscope.errors import UserError
 
 FORMAT_VERSION = 1
+_PRECEDENCE = ("gpu_fault", "interconnect_degradation", "preemption", "admission_quota", "admission_topology",
+               "gang_assembly", "topology_misplacement", "unexplained_slowdown", "healthy")
+# Per-job fields compare sets side by side (what moved and what differs); times and nodes are context.
+JOB_FIELDS = ("api", "queue", "gang", "gang_size", "group_timeout_s", "placement_level", "placement_domains",
+              "root_cause")
 # KPI name -> True when a higher value is better.
 KPIS: dict[str, bool | None] = {  # None: no better or worse
     "jobs": None,
@@ -97,7 +102,12 @@ SELECT j.cluster, j.namespace, j.job, j.cluster_queue,
        g.timed_out AS gang_timed_out,
        CASE WHEN p.domains > 0 THEN NOT p.misplaced END AS topology_compliant,
        t.throughput / nullif(j.gpus, 0) AS throughput_per_gpu,
-       coalesce(i.idle_gpu_hours, 0) AS idle_gpu_hours
+       coalesce(i.idle_gpu_hours, 0) AS idle_gpu_hours,
+       j.gang_size, j.pod_group,
+       -- Only coscheduling has a per-group timeout (scheduleTimeoutSeconds); native gangs have none (1.35 / 1.36: a
+       -- fixed 5-minute Permit deadline; 1.37: no Permit wait at all).
+       CASE WHEN j.gang_system = 'coscheduling' THEN g.timeout_s END AS group_timeout_s,
+       p.level AS placement_level, p.domains AS placement_domains, j.nodes
 FROM marts.jobs j
 LEFT JOIN intermediate.int_admission a USING (cluster, namespace, job)
 LEFT JOIN intermediate.int_gang g USING (cluster, namespace, job)
@@ -158,6 +168,16 @@ def compute(con: duckdb.DuckDBPyConnection, cluster: str, since: datetime | None
                            for cq, js in sorted(by_cq.items())},
         "api": {fam: kpis([j for j in jobs if api_family(j) == fam], [f for f in findings if f["api"] == fam])
                 for fam in ("kueue_coscheduling", "native")},
+        # Per job: what compare sets side by side for the same job name in both windows.
+        "per_job": {f"{j['namespace']}/{j['job']}": {
+            "api": api_family(j), "queue": j.get("queue_system"), "gang": j.get("gang_system"),
+            "pod_group": j.get("pod_group"), "gang_size": j.get("gang_size"),
+            "group_timeout_s": j.get("group_timeout_s"), "placement_level": j.get("placement_level"),
+            "placement_domains": j.get("placement_domains"), "nodes": list(j.get("nodes") or []),
+            "gang_assembly_s": j.get("gang_assembly_s"), "admission_wait_s": j.get("admission_wait_s"),
+            "root_cause": next((f["root_cause"] for f in sorted(findings, key=lambda f: _PRECEDENCE.index(
+                f["root_cause"])) if (f["namespace"], f["job"]) == (j["namespace"], j["job"])), "healthy"),
+        } for j in sorted(jobs, key=lambda j: (j["namespace"], j["job"]))},
     }
 
 
@@ -233,7 +253,21 @@ def compare(base: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
         "baseline": {"window": base["window"], "cluster": base["cluster"], "systems": base["systems"]},
         "current": {"window": current["window"], "cluster": current["cluster"], "systems": current["systems"]},
         "rows": rows,
+        "jobs": per_job(base.get("per_job", {}), current.get("per_job", {})),
     }
+
+
+def per_job(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """For each job name in both windows: whether it moved API family, and every field that differs
+    (gang size, a per-group timeout against none, placement domains, class)."""
+    out = []
+    for key in sorted(set(a) & set(b)):
+        x, y = a[key], b[key]
+        diff = {f: [x.get(f), y.get(f)] for f in JOB_FIELDS if x.get(f) != y.get(f)}
+        out.append({"job": key, "moved": f"{x.get('api')} -> {y.get('api')}" if x.get("api") != y.get("api") else None,
+                    "differs": diff,
+                    "gang_assembly_s": [x.get("gang_assembly_s"), y.get("gang_assembly_s")]})
+    return out
 
 
 def _fmt(v: Any) -> str:
@@ -258,6 +292,11 @@ def format_table(result: dict[str, Any]) -> str:
     widths = [max(len(c), *(len(x[i]) for x in cells)) if cells else len(c) for i, c in enumerate(cols)]
     lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
     lines += ["  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    if result.get("jobs"):
+        lines += ["", "per job (baseline -> current)"]
+        for j in result["jobs"]:
+            what = "; ".join(f"{f} {_fmt(v[0])} -> {_fmt(v[1])}" for f, v in j["differs"].items()) or "no difference"
+            lines.append(f"{j['job']}: {what}")
     return "\n".join(lines) + "\n"
 
 

@@ -43,8 +43,8 @@ LAYER_KEYS = {
     "queue": ("cluster_queue", "local_queue", "queue", "admission", "admitted", "quota", "evict", "preempt",
               "workload"),
     "topology": ("topology", "domain", "rack", "block", "placement", "spread", "level"),
-    "gang": ("gang", "pod_group", "podgroup", "phase", "min_member", "min_count", "assembly", "failed_scheduling",
-             "timeout", "member", "partial", "unschedulable"),
+    "gang": ("gang", "pod_group", "podgroup", "phase", "min_member", "min_count", "assembl", "failed_scheduling",
+             "timeout", "member", "partial", "unschedulable", "start_up", "bound", "all_running"),
     "throughput": ("throughput", "baseline", "ratio", "bandwidth", "_bw", "nvlink", "ib_", "pcie", "xid", "ecc",
                    "error", "gpu", "link", "port", "missing", "device", "slowdown", "dip"),
 }
@@ -221,9 +221,12 @@ def _series(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: dict[s
     if created and (admitted or adm):
         bands.append(charts.Band("waiting for admission", created, admitted or t1, "admission"))
     g_start = _as_dt(gang.get("assembly_started_at"))
-    g_end = _as_dt(gang.get("all_running_at") or job.get("all_running_at"))
-    if g_start:
+    g_end = _as_dt(gang.get("assembled_at"))
+    running = _as_dt(gang.get("all_running_at") or job.get("all_running_at"))
+    if g_start and not gang.get("assembled_before_capture"):
         bands.append(charts.Band("gang assembling" if g_end else "gang incomplete", g_start, g_end or t1, "gang"))
+    if g_end and running and gang.get("start_up_s") is not None:  # image pull and container start-up
+        bands.append(charts.Band("starting up", g_end, running, "gang"))
     return panels, [b for b in bands if b.end > b.start]
 
 
@@ -310,7 +313,21 @@ def collect(con: duckdb.DuckDBPyConnection, cluster: str, since: datetime | None
         got = _rows(con, "marts", table, order=order, limit=200)
         assert got is not None
         data.tables.append(Table(title, note, got[0], [tuple(r.values()) for r in got[1]]))
+    data.tables.append(_gang_times(con))
     return data
+
+
+def _gang_times(con: duckdb.DuckDBPyConnection) -> Table:
+    """Assembly (to binding) and start-up (binding to running: image pulls) apart, slowest start-up first."""
+    title = "Gangs: assembly and start-up times"
+    cols = ["namespace", "job", "gang_system", "gang_size", "assembly_s", "timeout_s", "timed_out", "start_up_s",
+            "assembled_before_capture"]
+    if not set(cols) <= set(_columns(con, "intermediate", "int_gang")):
+        return Table(title, "model not built yet", [], [], missing=True)
+    rows = con.execute(f"SELECT {', '.join(cols)} FROM intermediate.int_gang "
+                       "ORDER BY start_up_s DESC NULLS LAST, assembly_s DESC LIMIT 200").fetchall()
+    return Table(title, "assembly ends when the members are bound; start-up is binding to running (image pulls)",
+                 cols, [tuple(r) for r in rows])
 
 
 # --- rendering ------------------------------------------------------------------------------

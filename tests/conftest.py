@@ -1,31 +1,77 @@
-"""Shared fixtures: a real embedded Kafka broker and PostgreSQL per session, a lake in a temp dir, settings."""
+"""Shared fixtures: real brokers and PostgreSQL per session, a lake in a temp dir, settings.
+
+Two brokers: the embedded Tansu broker (every test that uses ``settings``) and Apache Kafka
+(tests/servers/kafka.py). A test marked ``both_brokers`` runs once on each: ids ``[tansu]`` and
+``[kafka]``. Mark the tests whose subject is Kafka behaviour (publish, consume, groups, landing
+exactly once, replay, the run service), not every test that happens to need a broker.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from gangscope import config
 from gangscope.transport.broker import EmbeddedBroker
-from tests.servers import postgres
+from tests.servers import kafka, postgres, prometheus
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
 
+BROKERS = ("tansu", "kafka")
+T = TypeVar("T")
+
+
+def _started(start: Callable[[], T]) -> T:
+    """A test server, started; a machine that cannot run it skips the tests that need it, except in CI."""
+    try:
+        return start()
+    except RuntimeError as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(e))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "both_brokers: run on the embedded broker and on Apache Kafka")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "broker" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_brokers"):
+        metafunc.parametrize("broker", BROKERS, indirect=True)
+
+
 @pytest.fixture(scope="session")
-def broker() -> Iterator[EmbeddedBroker]:
-    """A real Kafka-protocol broker (Tansu) on a free loopback port."""
+def tansu_broker() -> Iterator[EmbeddedBroker]:
+    """The embedded Kafka-protocol broker (Tansu) on a free loopback port."""
     b = EmbeddedBroker().start()
     yield b
     b.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka_server() -> Iterator[kafka.KafkaServer]:
+    """Apache Kafka, one KRaft node with a PLAINTEXT and a SASL_SSL listener. In CI a missing Kafka fails."""
+    server = _started(kafka.start)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(request: pytest.FixtureRequest) -> EmbeddedBroker | kafka.KafkaServer:
+    """The broker of this test: Tansu unless the test is marked ``both_brokers`` (then each in turn)."""
+    name = getattr(request, "param", "tansu")
+    return request.getfixturevalue("kafka_server" if name == "kafka" else "tansu_broker")
+
+
 @pytest.fixture
-def settings(tmp_path: Path, broker: EmbeddedBroker, request: pytest.FixtureRequest) -> config.Settings:
-    """Settings pointing at the session broker, with topics and group unique to this test."""
+def settings(tmp_path: Path, broker: EmbeddedBroker | kafka.KafkaServer, request: pytest.FixtureRequest
+             ) -> config.Settings:
+    """Settings pointing at this test's broker, with topics and group unique to this test."""
     prefix = f"t{abs(hash(request.node.nodeid)) % 10**8}."
     return config.load(
         overrides={
@@ -54,11 +100,29 @@ def reference() -> Path:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[postgres.PostgresServer]:
     """A private PostgreSQL server on a free loopback port (password auth). In CI a missing server fails."""
-    try:
-        server = postgres.start()
-    except RuntimeError as e:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(e))
+    server = _started(postgres.start)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def node_exporter() -> Iterator[prometheus.Process]:
+    """A real node_exporter (Debian prometheus-node-exporter) on a free loopback port."""
+    server = _started(prometheus.start_node_exporter)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def start_prometheus() -> Iterator[Callable[[dict], prometheus.Prometheus]]:
+    """``start_prometheus(config_dict)``: a real Prometheus (Debian prometheus), stopped after the test."""
+    started: list[prometheus.Prometheus] = []
+
+    def start(cfg: dict) -> prometheus.Prometheus:
+        server = _started(lambda: prometheus.start_prometheus(cfg))
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

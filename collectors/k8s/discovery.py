@@ -70,6 +70,9 @@ SLOTS: tuple[Slot, ...] = (
     Slot("podgroups.scheduling.volcano.sh", "PodGroup", "podgroups", (("scheduling.volcano.sh", ("v1beta1",)),)),
     Slot("workloads.scheduling.k8s.io", "Workload", "workloads", (_NATIVE,)),
     Slot("podgroups.scheduling.k8s.io", "PodGroup", "podgroups", (_NATIVE,)),
+    # 1.37 gang of gangs; v1alpha3 only (v1beta1 has none), absent from discovery while its gate is off.
+    Slot("compositepodgroups.scheduling.k8s.io", "CompositePodGroup", "compositepodgroups",
+         (("scheduling.k8s.io", ("v1alpha3",)),)),
 )
 
 

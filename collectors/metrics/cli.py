@@ -10,7 +10,8 @@ def register(groups: dict[str, Any], common: argparse.ArgumentParser) -> None:
     p = groups["group"]("collect", "run one collector live").add_parser(
         "metrics", parents=[common], help="scrape Prometheus targets and publish to Kafka",
         description="Scrape the targets of metrics.targets (static: url, job, interval_s, timeout_s, "
-        "bearer_token_file, ca_file/cert_file/key_file/insecure_skip_verify, labels) and of metrics.discovery "
+        "bearer_token_file, ca_file/cert_file/key_file/insecure_skip_verify, labels, honor_labels) and of "
+        "metrics.discovery "
         "(exporter pods listed from the API server: job, namespace, label_selector, port, path; presets for the "
         "jobs dcgm, node, kueue, scheduler, ray, training) at their intervals, and publish one record per scrape "
         "(samples plus up/duration/error) to the <prefix>metrics topic. Stops on SIGINT/SIGTERM. "

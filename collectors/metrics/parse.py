@@ -1,4 +1,4 @@
-"""Fast parser for the Prometheus text exposition format (0.0.4).
+"""Fast parser for the Prometheus text exposition format (0.0.4) and OpenMetrics 1.0 text.
 
 The correctness reference is ``prometheus_client.parser.text_string_to_metric_families``;
 it does about 17k samples/s, i.e. 11.5 s of one core per round of 1,000 dcgm-exporter
@@ -7,9 +7,15 @@ char-by-char path only for escapes and quoted UTF-8 names); on the bench's 8-GPU
 it is 10-14x faster in the same run (see ``bench/scrape.py``).
 
 Differences from prometheus_client, on purpose: metric names are kept exactly as the
-exporter wrote them (no ``_total`` appended to counters), timestamps stay integer
-milliseconds, and a broken line is reported with its line number and skipped instead of
-aborting the whole scrape.
+exporter wrote them (no ``_total`` appended to counters), timestamps are integer
+milliseconds in both formats, and a broken line is reported with its line number (callers
+decide: a scrape with a broken line fails whole, like Prometheus; a replay file names it).
+
+OpenMetrics (``fmt="openmetrics"``): timestamps are seconds, the text must end with
+``# EOF``, exemplars (`` # {...} v [ts]`` after a sample) are dropped, and the ``_created``
+samples of counters, histograms and summaries are dropped (a creation time, not a value).
+Both formats also take the name inside the braces (``{__name__="m", k="v"} 1 ts``, the
+form ``promtool tsdb dump`` prints).
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _NAME_OK = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 _TYPES = {"counter", "gauge", "histogram", "summary", "untyped"}
+_OM_TYPES = {"counter", "gauge", "histogram", "gaugehistogram", "summary", "info", "stateset", "unknown"}
+_OM_CREATED = {"counter", "histogram", "gaugehistogram", "summary"}  # families whose _created is a time
+FORMATS = ("text", "openmetrics")
 
 
 @dataclass(slots=True)
@@ -132,6 +141,8 @@ def _fast_labels(body: str) -> dict[str, str] | None:
         return {}
     if body[-1] != '"' or "\\" in body:
         return None
+    if '", ' in body:  # promtool tsdb dump separates labels with ", "
+        body = body.replace('", ', '",')
     parts = body[:-1].replace('",', '="').split('="')
     n = len(parts)
     if n & 1 or body.count('"') != n:
@@ -156,34 +167,105 @@ def _value(text: str) -> float:
     return float(text)
 
 
-def parse_text(text: str, *, require_timestamps: bool = False, first_line: int = 1) -> Parsed:
+def _om_ts_ms(text: str) -> int:
+    """OpenMetrics timestamp (seconds, maybe fractional) to integer milliseconds."""
+    if "_" in text:
+        raise ValueError(text)
+    f = float(text)
+    if f != f or f in (float("inf"), float("-inf")):
+        raise ValueError(text)
+    return round(f * 1000)
+
+
+def _strip_exemplar(line: str) -> str:
+    """The sample part of an OpenMetrics line: everything before an exemplar's `` # {``, which may not be
+    inside a quoted label value (an even number of unescaped quotes before it)."""
+    i = line.find(" # {")
+    while i >= 0:
+        head = line[:i]
+        if (head.count('"') - head.count('\\"')) % 2 == 0:
+            return head.rstrip()
+        i = line.find(" # {", i + 1)
+    return line
+
+
+def _om_strict(raw: str, line: str, name: str, types: dict[str, str], exemplar: bool) -> None:
+    """What OpenMetrics forbids and text 0.0.4 allows (the OpenMetrics parser's own rules): stray whitespace,
+    a trailing comma in the label set, a counter sample without ``_total``, an exemplar where none may be."""
+    if raw != raw.strip(" \t\r"):
+        raise ParseError("leading or trailing whitespace")
+    close = line.rfind("}")
+    if close >= 0:
+        if line[:close].endswith(","):
+            raise ParseError("trailing comma in the label set")
+        tail = line[close + 1:]
+        if not tail.startswith(" "):
+            raise ParseError("expected one space after the labels")
+    else:
+        tail = line[line.find(" "):] if " " in line else ""
+    if "  " in tail or tail.endswith(" "):
+        raise ParseError("fields are separated by exactly one space")
+    if types.get(name) == "counter":
+        raise ParseError(f"counter sample {name!r} must end with _total")
+    if exemplar and not (name.endswith("_total") and types.get(name[:-6]) == "counter"
+                         or name.endswith("_bucket") and types.get(name[:-7]) in ("histogram", "gaugehistogram")):
+        raise ParseError(f"exemplar on {name!r}: only counter _total and histogram _bucket samples have them")
+
+
+def parse_text(text: str, *, require_timestamps: bool = False, first_line: int = 1, fmt: str = "text",
+               eof_required: bool = True) -> Parsed:
     """Parse one exposition text; broken lines go to ``errors`` (with their line number) and are skipped.
 
-    ``require_timestamps`` makes a sample without a timestamp an error (replay files).
-    ``first_line`` numbers the lines when ``text`` is a slice of a larger file.
+    ``fmt`` is ``text`` (0.0.4) or ``openmetrics``. ``require_timestamps`` makes a sample without a
+    timestamp an error (replay files). ``first_line`` numbers the lines when ``text`` is a slice of a
+    larger file; ``eof_required=False`` for such slices of OpenMetrics (the file's end has ``# EOF``).
     """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown exposition format {fmt!r}")
+    om = fmt == "openmetrics"
+    types_ok = _OM_TYPES if om else _TYPES
     out = Parsed()
     metric, labels_col, value_col, ts_col, line_col = out.metric, out.labels, out.value, out.ts_ms, out.line
     errors = out.errors
     name_ok = _NAME_OK.fullmatch
     names_ok: set[str] = set()  # names seen valid in this text (each metric repeats per series)
-    lineno = first_line - 1
-    for raw in text.split("\n"):
+    eof_at = 0
+    lineno = last = first_line - 1
+    raws = text.split("\n")
+    final = len(raws) - 1 + first_line  # the element after the last newline, empty in a whole text
+    for raw in raws:
         lineno += 1
         if not raw:
+            if om and lineno < final:
+                errors.append((lineno, "empty line"))
             continue
         line = raw.strip() if raw[0] in " \t" or raw[-1] in " \t\r" else raw
         if not line:
             continue
+        last = lineno
+        if eof_at:
+            if om:
+                errors.append((lineno, "content after # EOF"))
+                break
+            eof_at = 0
         if line[0] == "#":
+            if line == "# EOF":
+                eof_at = lineno
+                continue
             parts = line.split(None, 3)
             if len(parts) >= 4 and parts[1] == "TYPE":
                 typ = parts[3].strip()
-                if typ not in _TYPES:
+                if typ not in types_ok:
                     errors.append((lineno, f"unknown metric type {typ!r}"))
                 else:
                     out.types[parts[2]] = typ
+            elif om and len(parts) >= 4 and parts[1] == "UNIT" and not parts[2].endswith("_" + parts[3]):
+                errors.append((lineno, f"unit {parts[3]!r} does not end the metric name {parts[2]!r}"))
             continue
+        exemplar = False
+        if om and " # {" in line:
+            sample = _strip_exemplar(line)
+            exemplar, line = sample != line, sample
         try:
             brace = line.find("{")
             if brace >= 0:
@@ -200,9 +282,13 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
                         if name:
                             raise ParseError("metric name given twice")
                         name = quoted
+                if "__name__" in labels:  # {__name__="m", ...}: promtool tsdb dump
+                    if name:
+                        raise ParseError("metric name given twice")
+                    name = labels.pop("__name__")
                 if not name:
                     raise ParseError("missing metric name")
-                if brace and name not in names_ok:
+                if brace and name not in names_ok:  # a name inside the braces may be any UTF-8
                     if not name_ok(name):
                         raise ParseError(f"invalid metric name {name!r}")
                     names_ok.add(name)
@@ -221,13 +307,18 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
                 raise ParseError(f"bad value {parts[0]!r}") from None
             if len(parts) == 2:
                 try:
-                    ts: int | None = int(parts[1])
+                    ts: int | None = _om_ts_ms(parts[1]) if om else int(parts[1])
                 except ValueError:
-                    raise ParseError(f"bad timestamp {parts[1]!r} (expected integer milliseconds)") from None
+                    unit = "seconds" if om else "integer milliseconds"
+                    raise ParseError(f"bad timestamp {parts[1]!r} (expected {unit})") from None
             elif require_timestamps:
-                raise ParseError("sample has no timestamp (replay files need one in ms on every sample)")
+                raise ParseError("sample has no timestamp (replay files need one on every sample)")
             else:
                 ts = None
+            if om:
+                _om_strict(raw, line, name, out.types, exemplar)
+                if name.endswith("_created") and out.types.get(name[:-8]) in _OM_CREATED:
+                    continue
         except ParseError as e:
             errors.append((lineno, str(e)))
             continue
@@ -236,6 +327,8 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
         value_col.append(value)
         ts_col.append(ts)
         line_col.append(lineno)
+    if om and eof_required and not eof_at and not errors:
+        errors.append((last, "OpenMetrics text does not end with # EOF"))
     return out
 
 

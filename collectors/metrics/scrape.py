@@ -6,6 +6,12 @@ One process scrapes 1,000 targets every 15 s: all requests of a round are in fli
 is somehow still running when its next round starts is skipped for that round (recorded as
 a failed scrape), so nothing piles up. Every scrape, good or failed, yields one
 ``ScrapeBatch`` whose ``up``/``duration_s``/``error`` are the scrape-health record.
+
+A scrape is whole or failed, as in Prometheus: the body is read to its end (chunked, gzip)
+up to ``max_body_bytes``, the format is negotiated like Prometheus does (OpenMetrics 1.0
+preferred, text 0.0.4 as fallback) and parsed by the ``Content-Type`` the target answered.
+An over-limit, empty or non-UTF-8 body, another content type, a timeout or a single broken
+line fails the whole scrape: ``up=False`` with the reason in ``error``, and no samples.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ from gangscope.timesanity import DEFAULT_SKEW_S, split_refused
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 << 20
-ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"  # never OpenMetrics: we parse the Prometheus text format
+# What Prometheus 2.42 sends (scrape/scrape.go acceptHeader).
+ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+          "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 
 Emit = Callable[[ScrapeBatch], None]
 
@@ -50,17 +58,70 @@ class EncodedScrapeBatch(ScrapeBatch):
         return self.encoded
 
 
-def _parse_encode(text: str, cluster: str, target: str, job: str, instance: str, scraped_at_ms: int,
-                  fetch_s: float, labels: dict[str, str],
-                  skew_s: float = DEFAULT_SKEW_S) -> tuple[bytes, int, str | None, float, ScrapeBatch | None]:
-    """Worker side: parse and encode one scrape; returns (record bytes, samples, error, duration_s, refused)."""
+class ScrapeFailed(Exception):
+    """A scrape that yields no samples; the message is the stored reason."""
+
+
+def body_format(content_type: str | None) -> str:
+    """Parser for a response's ``Content-Type``: ``openmetrics`` or ``text`` (also when the header is missing,
+    as Prometheus 2.x falls back); anything else fails the scrape."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media == "application/openmetrics-text":
+        return "openmetrics"
+    if media in ("", "text/plain"):
+        return "text"
+    raise ScrapeFailed(f"unsupported content type {media!r} (expected text/plain or application/openmetrics-text)")
+
+
+def parse_scrape(text: str, fmt: str, *, cluster: str, target: str, job: str, instance: str, scraped_at_ms: int,
+                 fetch_s: float, labels: dict[str, str]) -> ScrapeBatch:
+    """One fetched body as a ScrapeBatch: all its samples, or none and ``up=False`` if any line is broken."""
     t0 = time.perf_counter()
-    parsed = parse_text(text)
-    b = to_batch(parsed, cluster=cluster, target=target, job=job, instance=instance, scraped_at_ms=scraped_at_ms,
-                 extra_labels=labels)
-    refused = split_refused(b, scraped_at_ms, skew_s)
-    b.duration_s = fetch_s + (time.perf_counter() - t0)
-    return b.to_bytes(), len(b.sample_value), b.error, b.duration_s, refused
+    parsed = parse_text(text, fmt=fmt)
+    if parsed.errors:
+        return ScrapeBatch(cluster=cluster, target=target, job=job, instance=instance, scraped_at_ms=scraped_at_ms,
+                           up=False, duration_s=fetch_s + (time.perf_counter() - t0),
+                           error=f"parse error ({fmt}): {parsed.error_summary()}")
+    return to_batch(parsed, cluster=cluster, target=target, job=job, instance=instance, scraped_at_ms=scraped_at_ms,
+                    duration_s=fetch_s + (time.perf_counter() - t0), extra_labels=labels)
+
+
+def by_own_target(b: ScrapeBatch) -> list[ScrapeBatch]:
+    """``honor_labels``: the samples of one scrape split by their own ``job``/``instance`` labels, each group a
+    batch of that target (``target`` = its instance, as for a replayed file; the labels leave the label set).
+    Samples without them stay in ``b``, which always comes first: it is the scrape's health record."""
+    groups: dict[tuple[str, str], ScrapeBatch] = {}
+    own = ScrapeBatch(cluster=b.cluster, target=b.target, job=b.job, instance=b.instance,
+                      scraped_at_ms=b.scraped_at_ms, up=b.up, duration_s=b.duration_s, error=b.error)
+    index: dict[tuple[int, int], int] = {}
+    for s, ts, v in zip(b.sample_series, b.sample_ts_ms, b.sample_value, strict=True):
+        labels = b.series_labels[s]
+        if "job" in labels or "instance" in labels:
+            job, inst = labels.get("job") or b.job, labels.get("instance") or b.instance
+            out = groups.get((job, inst))
+            if out is None:
+                out = groups[(job, inst)] = ScrapeBatch(cluster=b.cluster, target=inst, job=job, instance=inst,
+                                                        scraped_at_ms=b.scraped_at_ms, duration_s=b.duration_s)
+            labels = {k: val for k, val in labels.items() if k not in ("job", "instance")}
+        else:
+            out = own
+        key = (id(out), s)
+        i = index.get(key)
+        if i is None:
+            i = index[key] = out.add_series(b.series_metric[s], labels)
+        out.add_sample(i, v, ts)
+    return [own, *groups.values()]
+
+
+def _parse_encode(text: str, fmt: str, cluster: str, target: str, job: str, instance: str, scraped_at_ms: int,
+                  fetch_s: float, labels: dict[str, str], skew_s: float = DEFAULT_SKEW_S,
+                  ) -> tuple[bytes, int, bool, str | None, float, ScrapeBatch | None]:
+    """Worker side: parse and encode one scrape; returns (record bytes, samples, up, error, duration_s, refused:
+    the samples time sanity took out, or None)."""
+    b = parse_scrape(text, fmt, cluster=cluster, target=target, job=job, instance=instance,
+                     scraped_at_ms=scraped_at_ms, fetch_s=fetch_s, labels=labels)
+    refused = split_refused(b, scraped_at_ms, skew_s) if b.up else None
+    return b.to_bytes(), len(b.sample_value), b.up, b.error, b.duration_s, refused
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
@@ -84,6 +145,20 @@ def _ssl_context(t: Target) -> ssl.SSLContext | bool | None:
     return ctx
 
 
+_KINDS = (("timeout", "timeout"), ("HTTP ", "http_status"), ("body of ", "body_too_large"),
+          ("body exceeds", "body_too_large"), ("empty body", "empty_body"), ("body is not UTF-8", "not_utf8"),
+          ("unsupported content type", "content_type"), ("parse error", "parse_error"), ("skipped", "skipped"),
+          ("ClientPayloadError", "body_cut"))
+
+
+def failure_kind(error: str | None) -> str:
+    """The class of a failed scrape's reason (the ``reason`` label of ``gangscope_scrape_failures_total``)."""
+    for prefix, kind in _KINDS:
+        if (error or "").startswith(prefix):
+            return kind
+    return "connection"
+
+
 class Scraper:
     """Scrapes targets and hands each result to ``emit``; one instance per process.
 
@@ -93,9 +168,12 @@ class Scraper:
     """
 
     def __init__(self, cluster: str, emit: Emit, max_connections: int = 1000,
-                 pool: ProcessPoolExecutor | None = None, skew_s: float = DEFAULT_SKEW_S) -> None:
+                 pool: ProcessPoolExecutor | None = None, max_body_bytes: int = MAX_BODY_BYTES,
+                 skew_s: float = DEFAULT_SKEW_S) -> None:
         self.cluster = cluster
         self.skew_s = skew_s
+        self.max_body_bytes = max_body_bytes
+        self._last_error: dict[str, str | None] = {}
         self.emit = emit
         self.pool = pool
         self.max_connections = max_connections
@@ -126,22 +204,32 @@ class Scraper:
         with open(t.bearer_token_file) as f:
             return {"Authorization": f"Bearer {f.read().strip()}"}
 
-    async def _fetch(self, t: Target) -> str:
+    async def _fetch(self, t: Target) -> tuple[str, str]:
+        """(body text, format) of one whole response; raises ``ScrapeFailed`` with the reason."""
         assert self._session is not None, "use `async with Scraper(...)`"
         if t not in self._ssl:
             self._ssl[t] = _ssl_context(t)
         kw: dict[str, Any] = {"headers": self._headers(t), "timeout": aiohttp.ClientTimeout(total=t.timeout_s)}
         if self._ssl[t] is not None:
             kw["ssl"] = self._ssl[t]
+        limit = self.max_body_bytes
         async with self._session.get(t.url, **kw) as resp:
             if resp.status != 200:
-                raise RuntimeError(f"HTTP {resp.status} {resp.reason or ''}".strip())
-            if (resp.content_length or 0) > MAX_BODY_BYTES:
-                raise RuntimeError(f"body of {resp.content_length} bytes exceeds {MAX_BODY_BYTES}")
-            body = await resp.content.read(MAX_BODY_BYTES + 1)
-            if len(body) > MAX_BODY_BYTES:
-                raise RuntimeError(f"body exceeds {MAX_BODY_BYTES} bytes")
-            return body.decode("utf-8", errors="replace")
+                raise ScrapeFailed(f"HTTP {resp.status} {resp.reason or ''}".strip())
+            fmt = body_format(resp.headers.get("Content-Type"))
+            if (resp.content_length or 0) > limit:
+                raise ScrapeFailed(f"body of {resp.content_length} bytes exceeds the limit of {limit} bytes")
+            body = bytearray()
+            async for chunk in resp.content.iter_any():  # decompressed: the limit is on what gets parsed
+                body += chunk
+                if len(body) > limit:
+                    raise ScrapeFailed(f"body exceeds the limit of {limit} bytes")
+            if not body.strip():
+                raise ScrapeFailed("empty body")
+            try:
+                return body.decode("utf-8"), fmt
+            except UnicodeDecodeError as e:
+                raise ScrapeFailed(f"body is not UTF-8 (byte {e.start})") from None
 
     async def scrape_one(self, t: Target) -> ScrapeBatch:
         """Scrape, parse and emit one target; never raises (a failure is an ``up=False`` batch)."""
@@ -149,21 +237,24 @@ class Scraper:
         t0 = time.perf_counter()
         if t.url in self._inflight:
             batch = self._failed(t, start_ms, 0.0, "skipped: previous scrape still running")
+            self._health(t, batch)
             self.emit(batch)
             return batch
         self._inflight.add(t.url)
         try:
-            text = await self._fetch(t)
+            text, fmt = await self._fetch(t)
         except TimeoutError:
             batch = self._failed(t, start_ms, time.perf_counter() - t0, f"timeout after {t.timeout_s:g}s")
-        except (aiohttp.ClientError, OSError, RuntimeError, UnicodeError) as e:
+        except ScrapeFailed as e:
+            batch = self._failed(t, start_ms, time.perf_counter() - t0, str(e)[:500])
+        except (aiohttp.ClientError, OSError) as e:
             batch = self._failed(t, start_ms, time.perf_counter() - t0, f"{type(e).__name__}: {e}"[:500])
         else:
             batch = refused = None
-            if self.pool is not None:
+            if self.pool is not None and not t.honor_labels:
                 try:
-                    encoded, samples, error, duration_s, refused = await asyncio.get_running_loop().run_in_executor(
-                        self.pool, _parse_encode, text, self.cluster, t.name, t.job, t.instance, start_ms,
+                    encoded, samples, up, error, duration_s, refused = await asyncio.get_running_loop().run_in_executor(
+                        self.pool, _parse_encode, text, fmt, self.cluster, t.name, t.job, t.instance, start_ms,
                         time.perf_counter() - t0, t.labels, self.skew_s)
                 except Exception as e:  # a broken pool (worker killed): parse here from now on
                     log.error("parse workers failed (%s: %s); parsing in the scraper from now on",
@@ -171,31 +262,45 @@ class Scraper:
                     self.pool = None
                 else:
                     batch = EncodedScrapeBatch(cluster=self.cluster, target=t.name, job=t.job, instance=t.instance,
-                                               scraped_at_ms=start_ms, up=True, duration_s=duration_s, error=error)
+                                               scraped_at_ms=start_ms, up=up, duration_s=duration_s, error=error)
                     batch.encoded, batch.samples = encoded, samples
             if batch is None:
-                parsed = parse_text(text)
-                samples, error = len(parsed), parsed.error_summary()
-                batch = to_batch(parsed, cluster=self.cluster, target=t.name, job=t.job, instance=t.instance,
-                                 scraped_at_ms=start_ms, duration_s=time.perf_counter() - t0, extra_labels=t.labels)
-                refused = split_refused(batch, start_ms, self.skew_s)
+                batch = parse_scrape(text, fmt, cluster=self.cluster, target=t.name, job=t.job, instance=t.instance,
+                                     scraped_at_ms=start_ms, fetch_s=time.perf_counter() - t0, labels=t.labels)
+                refused = split_refused(batch, start_ms, self.skew_s) if batch.up else None
                 samples = len(batch.sample_value)
             if refused is not None:  # time sanity: these samples land as a dead letter with the reason
                 if t.url not in self._refused_logged:  # once per target; the count is in /metrics
                     self._refused_logged.add(t.url)
                     log.warning("%s: sample(s) refused by time sanity: %s", t.name, refused.rejected)
                 self.emit(refused)
-            if error:
-                log.warning("%s: broken line(s) skipped; %s", t.name, error)
-            self.samples += samples
+            if batch.up:
+                self.samples += samples
         finally:
             self._inflight.discard(t.url)
-        if not batch.up:
-            self.failures += 1
-            log.debug("scrape of %s failed: %s", t.name, batch.error)
-        telemetry.scrape_done(batch)
+        self._health(t, batch)
+        if t.honor_labels and batch.up:
+            own, *others = by_own_target(batch)
+            for b in (own, *others):
+                self.emit(b)
+            return own
         self.emit(batch)
         return batch
+
+    def _health(self, t: Target, batch: ScrapeBatch) -> None:
+        """Count and log a scrape's outcome: a failure once when it starts or its reason changes, and the recovery."""
+        before = self._last_error.get(t.url)
+        if batch.up:
+            if before:
+                log.info("scrape of %s (job %s) works again", t.name, t.job)
+            self._last_error[t.url] = None
+        else:
+            self.failures += 1
+            reason = batch.error or "failed"
+            if before != reason:
+                log.warning("scrape of %s (job %s) failed: %s", t.name, t.job, reason)
+            self._last_error[t.url] = reason
+        telemetry.scrape_done(batch, failure_kind(batch.error) if not batch.up else None)
 
     def _failed(self, t: Target, start_ms: int, duration_s: float, error: str) -> ScrapeBatch:
         return ScrapeBatch(cluster=self.cluster, target=t.name, job=t.job, instance=t.instance,
@@ -298,7 +403,9 @@ def serve(settings: Any, emit: Emit, stop: Any, client: Any = None, refresh_s: f
             done.set()
 
         watcher = loop.create_task(watch_stop())
-        async with Scraper(settings.cluster, emit, pool=pool, skew_s=settings.clock_skew_s) as scraper:
+        limit = settings.metrics.max_body_bytes
+        async with Scraper(settings.cluster, emit, pool=pool, max_body_bytes=limit,
+                           skew_s=settings.clock_skew_s) as scraper:
             await scraper.run(targets, done, refresh_s=refresh_s)
         watcher.cancel()
         log.info("metrics collector stopped after %d rounds, %d samples, %d failed scrapes",

@@ -39,7 +39,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 _TLS_KEYS = ("ca_file", "cert_file", "key_file", "insecure_skip_verify")
-_STATIC_KEYS = {"url", "job", "interval_s", "timeout_s", "bearer_token_file", "labels", *_TLS_KEYS}
+_STATIC_KEYS = {"url", "job", "interval_s", "timeout_s", "bearer_token_file", "labels", "honor_labels", *_TLS_KEYS}
 _DISCOVERY_KEYS = {"job", "namespace", "label_selector", "port", "path", "scheme", "interval_s", "timeout_s",
                    "bearer_token_file", "pod_labels", "annotation_scrape", *_TLS_KEYS}
 
@@ -58,6 +58,8 @@ class Target:
     key_file: str | None = None
     insecure_skip_verify: bool = False
     labels: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    # Samples that carry their own job/instance keep them as their target (a /federate endpoint serves many).
+    honor_labels: bool = False
 
     @property
     def name(self) -> str:
@@ -147,7 +149,11 @@ def static_targets(settings: Settings) -> list[Target]:
         labels = entry.get("labels") or {}
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise UserError(f"{where}.labels: expected a mapping of label name to string")
-        out.append(Target(url=url, job=_job(entry, where), labels=dict(labels), **_common(entry, settings, where)))
+        honor = entry.get("honor_labels", urlsplit(url).path.rstrip("/").endswith("/federate"))
+        if not isinstance(honor, bool):
+            raise UserError(f"{where}.honor_labels: expected true or false, got {honor!r}")
+        out.append(Target(url=url, job=_job(entry, where), labels=dict(labels), honor_labels=honor,
+                          **_common(entry, settings, where)))
     return out
 
 

@@ -26,7 +26,8 @@ def register(groups, common) -> None:
         "Feed them to `gangscope replay --k8s ... --metrics ...`. Deterministic for a seed.",
     )
     p.add_argument("--scenario", default="mixed", metavar="NAME|all",
-                   help="scenario to generate, or 'all' (default mixed; see --list)")
+                   help="scenario or variant (<scenario>@<how>) to generate, or 'all' scenarios (default mixed; "
+                   "see --list)")
     p.add_argument("--out", metavar="DIR", default="gangscope-sim", help="output directory (default ./gangscope-sim)")
     p.add_argument("--seed", type=int, default=1, help="random seed: same seed, same bytes (default 1)")
     p.add_argument("--nodes", type=int, default=16, help="GPU nodes of 8 GPUs (default 16, at least 16 for mixed)")
@@ -41,16 +42,18 @@ def register(groups, common) -> None:
 def run(settings, args) -> int:
     from collectors.simulate import DEFAULT_START, generate
     from collectors.simulate.scenarios import SCENARIOS
+    from collectors.simulate.variants import VARIANTS
 
     if args.list:
-        width = max(len(n) for n in SCENARIOS)
-        for name, (text, _) in SCENARIOS.items():
+        texts = {name: text for name, (text, _) in SCENARIOS.items()} | {n: v.text for n, v in VARIANTS.items()}
+        width = max(len(n) for n in texts)
+        for name, text in texts.items():
             print(f"{name:<{width}}  {text}")
         return 0
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     for n in names:
-        if n not in SCENARIOS:
-            raise UserError(f"unknown scenario {n!r}; one of: {', '.join(SCENARIOS)}, all")
+        if n not in SCENARIOS and n not in VARIANTS:
+            raise UserError(f"unknown scenario {n!r}; one of: {', '.join(SCENARIOS)}, all, or a variant (--list)")
     if args.interval <= 0:
         raise UserError("--interval must be positive")
     out = Path(args.out)

@@ -8,6 +8,7 @@ dicts; the timeline in ``scenarios.py`` mutates and re-emits them as watch event
 from __future__ import annotations
 
 import hashlib
+import uuid
 from typing import Any
 
 from collectors.simulate.cluster import BLOCK_LABEL, HOST_LABEL, NODE_GROUP_LABEL, RACK_LABEL
@@ -114,13 +115,13 @@ def pod_template(job: Any) -> dict[str, Any]:
     if job.node_selector:
         spec["nodeSelector"] = dict(job.node_selector)
     if job.gang == "coscheduling":
-        labels[COSCHED_LABEL] = job.name
+        labels[COSCHED_LABEL] = job.pod_group
         spec["schedulerName"] = "scheduler-plugins-scheduler"
     elif job.gang == "volcano":
-        annotations[VOLCANO_ANNOTATION] = job.name
+        annotations[VOLCANO_ANNOTATION] = job.pod_group
         spec["schedulerName"] = "volcano"
     elif job.gang == "native":
-        spec["schedulingGroup"] = {"podGroupName": f"{job.name}-worker-0"}
+        spec["schedulingGroup"] = {"podGroupName": job.pod_group}
     out: dict[str, Any] = {"metadata": {}, "spec": spec}
     if labels:
         out["metadata"]["labels"] = labels
@@ -247,7 +248,7 @@ def resource_requests(job: Any) -> list[dict[str, Any]]:
 
 def coscheduling_podgroup(job: Any, created: str) -> dict[str, Any]:
     return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-            "metadata": meta(job.name, job.pg_uid, created, job.namespace,
+            "metadata": meta(job.pod_group, job.pg_uid, created, job.namespace,
                              ownerReferences=[owner(*_job_owner(job))]),
             "spec": {"minMember": job.pods, "scheduleTimeoutSeconds": job.schedule_timeout},
             "status": {"phase": "Pending"}}
@@ -255,14 +256,30 @@ def coscheduling_podgroup(job: Any, created: str) -> dict[str, Any]:
 
 def volcano_podgroup(job: Any, created: str) -> dict[str, Any]:
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-            "metadata": meta(job.name, job.pg_uid, created, job.namespace,
+            "metadata": meta(job.pod_group, job.pg_uid, created, job.namespace,
                              ownerReferences=[owner(*_job_owner(job))]),
             "spec": {"minMember": job.pods, "queue": "default",
                      "minResources": {"nvidia.com/gpu": str(job.pods * job.gpus_per_pod)}},
             "status": {"phase": "Pending"}}
 
 
+def _policy(job: Any) -> dict[str, Any]:
+    return {"basic": {}} if job.native_policy == "basic" else {"gang": {"minCount": job.pods}}
+
+
 def native_workload(job: Any, created: str) -> dict[str, Any]:
+    if job.k8s == "1.37":
+        # The Job controller's Workload (owned by the Job) or a JobSet's (a composite over the child Job's group).
+        ref = {"apiGroup": "batch" if job.kind == "Job" else "jobset.x-k8s.io", "kind": job.kind, "name": job.name}
+        tpl = {"name": job.template, "schedulingPolicy": _policy(job), "schedulingConstraints": None}
+        spec: dict[str, Any] = {"controllerRef": ref, "podGroupTemplates": [tpl]}
+        if job.composite:
+            spec = {"controllerRef": ref, "podGroupTemplates": None, "compositePodGroupTemplates": [
+                {"name": "root", "schedulingPolicy": {"gang": {"minGroupCount": 1}}, "podGroupTemplates": [tpl]}]}
+        return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "Workload",
+                "metadata": meta(job.workload, job.wl_uid, created, job.namespace,
+                                 ownerReferences=[owner(*_job_owner(job))]),
+                "spec": spec}
     return {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "Workload",
             "metadata": meta(job.name, job.wl_uid, created, job.namespace),
             "spec": {"controllerRef": {"apiGroup": "batch" if job.kind == "Job" else "jobset.x-k8s.io",
@@ -270,7 +287,32 @@ def native_workload(job: Any, created: str) -> dict[str, Any]:
                      "podGroupTemplates": [{"name": "worker", "schedulingPolicy": {"gang": {"minCount": job.pods}}}]}}
 
 
+def native_composite(job: Any, created: str) -> dict[str, Any]:
+    """1.37 CompositePodGroup (v1alpha3 only); the 1.37 scheduler writes no status on it."""
+    return {"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "CompositePodGroup",
+            "metadata": meta(job.composite, str(uuid.uuid5(uuid.UUID(job.wl_uid), "root")), created, job.namespace,
+                             ownerReferences=[owner(*_job_owner(job))]),
+            "spec": {"workloadRef": {"workloadName": job.workload, "templateName": "root"},
+                     "schedulingPolicy": {"gang": {"minGroupCount": 1}}, "disruptionMode": {"all": {}}},
+            "status": {}}
+
+
 def native_podgroup(job: Any, created: str) -> dict[str, Any]:
+    if job.k8s == "1.37":
+        if job.kind == "Job":  # controller ref to the Job, a non-controller ref to its Workload
+            owners = [owner(*_job_owner(job)),
+                      {"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "Workload", "name": job.workload,
+                       "uid": job.wl_uid}]
+        else:  # the JobSet's child Job, delegated: no ref to the parent's Workload
+            owners = [owner("batch/v1", "Job", f"{job.name}-workers-0", job.child_uid)]
+        spec: dict[str, Any] = {"workloadRef": {"workloadName": job.workload, "templateName": job.template},
+                                "schedulingPolicy": _policy(job), "disruptionMode": {"single": {}}}
+        if job.composite:
+            spec["parentCompositePodGroupName"] = job.composite
+        return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                "metadata": meta(job.pod_group, job.pg_uid, created, job.namespace, ownerReferences=owners,
+                                 finalizers=["scheduling.k8s.io/podgroup-protection"]),
+                "spec": spec, "status": {}}
     return {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
             "metadata": meta(f"{job.name}-worker-0", job.pg_uid, created, job.namespace,
                              finalizers=["scheduling.k8s.io/podgroup-protection"]),

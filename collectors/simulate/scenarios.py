@@ -43,6 +43,9 @@ class SimJob:
     onset: float | None = None
     kind: str = "Job"  # Job | JobSet
     gang: str = "none"  # none | coscheduling | volcano | native
+    native_policy: str = "gang"  # gang | basic (1.37: the Job controller's default for a Job without spec.scheduling)
+    k8s: str = "1.36"  # 1.36 (v1alpha2 native objects) | 1.37 (v1beta1 + v1alpha3, Job-owned, CompositePodGroup)
+    kueue_gate: str = "on"  # UnadmittedWorkloadsObservability: on (granular reasons) | off (v0.19 default: Pending)
     kueue: bool = True
     kueue_api: str = "v1beta2"
     queue: str = "team-a"
@@ -65,6 +68,8 @@ class SimJob:
     tps_per_gpu: float = 3100.0
     slowdowns: list[tuple[float, float, float]] = field(default_factory=list)  # (from, until, factor)
     stall: float | None = None  # throughput collapses (hang after a fault) at
+    pull_s: float = 24.0  # from binding to containers running (image pull, start-up)
+    pg_name: str | None = None  # gang object name when it differs from the job's (first-contact variants)
     # filled by assign_ids
     uid: str = ""
     wl_uid: str = ""
@@ -96,7 +101,7 @@ class SimJob:
         """When every pod runs (the gang is up); None if it never is."""
         if self.placed is None or not self.all_placed:
             return None
-        return self.placed + 24.0
+        return self.placed + self.pull_s
 
     @property
     def rerun(self) -> float | None:
@@ -106,13 +111,31 @@ class SimJob:
     def workload(self) -> str | None:
         if self.kueue:
             return workload_name(self)
-        return self.name if self.gang == "native" else None
+        if self.gang != "native":
+            return None
+        # 1.37 Job controller: <job>-<SafeEncode(fnv32a(job UID))>
+        return f"{self.name}-{safe_hash(self.uid)}" if self.k8s == "1.37" else self.name
+
+    @property
+    def template(self) -> str:
+        """The Workload's pod group template: 1.37 Job controller "<job>-pgt-0"; else "worker"."""
+        return f"{self.name}-pgt-0" if self.k8s == "1.37" and self.kind == "Job" else "worker"
 
     @property
     def pod_group(self) -> str | None:
         if self.gang in ("coscheduling", "volcano"):
-            return self.name
-        return f"{self.name}-worker-0" if self.gang == "native" else None
+            return self.pg_name or self.name
+        if self.gang != "native":
+            return None
+        if self.k8s == "1.37" and self.kind == "Job":  # <workload>-<template>-<hash>
+            return f"{self.workload}-{self.template}-{safe_hash(f'{self.workload}/{self.template}')}"
+        return f"{self.workload}-worker-0" if self.k8s == "1.37" else f"{self.name}-worker-0"
+
+    @property
+    def composite(self) -> str | None:
+        """1.37 JobSets of native gangs: a root CompositePodGroup over the child Job's PodGroup."""
+        return f"{self.workload}-root" if self.k8s == "1.37" and self.gang == "native" and self.kind == "JobSet" \
+            else None
 
     def active_intervals(self) -> list[tuple[float, float]]:
         """Intervals when the training loop runs (throughput is reported)."""
@@ -172,6 +195,30 @@ class Scenario:
     faults: list[Fault]
     seed: int
     duration: float
+    variant: str = "1.36"
+
+
+def safe_hash(s: str) -> str:
+    """apimachinery rand.SafeEncodeString of the decimal fnv32a of ``s`` (the 1.37 Job controller's name suffix)."""
+    h = 0x811C9DC5
+    for b in s.encode():
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return "".join("bcdfghjklmnpqrstvwxz2456789"[ord(c) % 27] for c in str(h))
+
+
+def to_137(scn: Scenario, kueue_gate: str) -> None:
+    """The same jobs and faults as Kubernetes 1.37 + Kueue v0.19 show them (variants ``<scenario>@k8s-1.37``):
+    native scheduling.k8s.io v1beta1 objects (each also served as v1alpha3), created by the Job controller for every
+    Job outside Kueue (gang for native gangs, ``basic`` for the rest), a CompositePodGroup over a JobSet's PodGroup,
+    PodGroupInitiallyScheduled; Kueue with UnadmittedWorkloadsObservability ``off`` (v0.19's default: ``Pending``)
+    or ``on``, and in HA (a follower's metrics too)."""
+    scn.variant = "1.37"
+    for j in scn.jobs:
+        j.k8s = "1.37"
+        j.kueue_gate = kueue_gate
+        if not j.kueue and j.gang == "none" and j.kind == "Job":
+            # A root Job outside Kueue: the Job controller creates a basic Workload + PodGroup (not a gang).
+            j.gang, j.native_policy = "native", "basic"
 
 
 XID_TEXT = {

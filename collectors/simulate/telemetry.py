@@ -309,6 +309,11 @@ class Writer:
                 rows.append(("kueue_admission_wait_time_seconds_bucket", "histogram", f'{lab},le="{les}"', True))
             rows.append(("kueue_admission_wait_time_seconds_sum", "histogram", lab, False))
             rows.append(("kueue_admission_wait_time_seconds_count", "histogram", lab, True))
+        if self.scn.variant.startswith("1.37"):
+            # Kueue in HA: the follower exports its (stale) gauges too, replica_role="follower".
+            fol = 'job="kueue",instance="kueue-controller-manager-1.kueue-system.pod:8443"'
+            rows += [(n, ty, lab.replace('replica_role="leader"', 'replica_role="follower"').replace(inst, fol), i)
+                     for n, ty, lab, i in rows if n == "kueue_pending_workloads"]
         self.kueue_rows = rows
         fams = []
         for name, ty, _, _ in rows:
@@ -355,6 +360,7 @@ class Writer:
                 waits = [w for j in kueue_jobs if j.cq == cq for w in _admission_waits(j, t)]
                 vals += [sum(1 for w in waits if w <= le) for le in WAIT_BUCKETS] + [len(waits)]
                 vals += [round(sum(waits), 3), len(waits)]
+            vals += vals[:len(self.kueue_rows) - len(vals)]  # the HA follower's pending gauges (same values)
             for i, x in enumerate(vals):
                 f, s = self.kueue_slot[i]
                 v[ri, 0, f, s] = x
@@ -399,7 +405,7 @@ class Writer:
         base = self.start_ms + (np.arange(r0, r1) * int(self.interval * 1000))[:, None]
         return base + offs[None, :] + jitter
 
-    def write(self, path: Path, chunk_rounds: int = 40) -> int:
+    def write(self, path: Path, chunk_rounds: int = 40, since: float = 0.0) -> int:
         self._dcgm_setup()
         self._ib_setup()
         self._kueue_setup()
@@ -408,7 +414,7 @@ class Writer:
         table = pl.Series("p", self.prefixes, dtype=pl.String).cast(pl.Categorical)
         htext = pl.Series("t", self.header_text, dtype=pl.String)
         with path.open("wb") as f:
-            for r0 in range(0, self.rounds, chunk_rounds):
+            for r0 in range(min(self.rounds, int(-(-since // self.interval))), self.rounds, chunk_rounds):
                 r1 = min(self.rounds, r0 + chunk_rounds)
                 fams = [self._kueue(r0, r1), self._dcgm(r0, r1), self._ib(r0, r1)]
                 if self.jobs_active:
@@ -504,6 +510,7 @@ def _stable_hash(s: str) -> int:
     return h
 
 
-def write(scn: Scenario, path: Path, start: datetime, interval: float = 15.0, seed: int = 0) -> int:
-    """Write ``metrics.prom``; returns the number of samples."""
-    return Writer(scn, start, interval, seed).write(path)
+def write(scn: Scenario, path: Path, start: datetime, interval: float = 15.0, seed: int = 0,
+          since: float = 0.0) -> int:
+    """Write ``metrics.prom`` (scrapes from ``since`` seconds on); returns the number of samples."""
+    return Writer(scn, start, interval, seed).write(path, since=since)

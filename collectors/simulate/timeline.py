@@ -35,6 +35,10 @@ class Timeline:
 
     def emit(self, t: float, etype: str, obj: dict[str, Any]) -> None:
         self.items.append((t, len(self.items), etype, copy.deepcopy(obj)))
+        if obj.get("apiVersion") == "scheduling.k8s.io/v1beta1":
+            # 1.37 serves one stored Workload / PodGroup as v1beta1 and v1alpha3: a capture may hold both views.
+            self.items.append((t, len(self.items), etype, {**copy.deepcopy(obj),
+                                                           "apiVersion": "scheduling.k8s.io/v1alpha3"}))
 
     def uid(self) -> str:
         return det_uuid(self.rng)
@@ -50,6 +54,25 @@ class Timeline:
                 ev["count"], ev["lastTimestamp"] = n, self.ts(tt)
                 self.emit(tt, "MODIFIED", ev)
                 tt += repeat_every
+
+    def start_capture_at(self, t: float) -> None:
+        """First contact: gangscope starts watching at ``t``. Every object that exists then arrives ADDED in
+        the initial list, in its state at ``t`` (its history only in its own timestamps); what happened
+        before is not in the stream, what happens after is watched as usual."""
+        self.items.sort(key=lambda x: (x[0], x[1]))
+        state: dict[tuple[str, str, str | None, str], dict[str, Any]] = {}
+        for tt, _, etype, obj in self.items:
+            if tt > t:
+                break
+            md = obj["metadata"]
+            key = (obj["apiVersion"], obj["kind"], md.get("namespace"), md["name"])
+            if etype == "DELETED":
+                state.pop(key, None)
+            else:
+                state[key] = obj
+        later = [x for x in self.items if x[0] > t]
+        self.items = [(t, i, "ADDED", obj) for i, obj in enumerate(state.values())]
+        self.items += [(tt, len(self.items) + i, etype, obj) for i, (tt, _, etype, obj) in enumerate(later)]
 
     def write(self, path: Path, first_rv: int = 4_812_000) -> int:
         self.items.sort(key=lambda x: (x[0], x[1]))
@@ -106,12 +129,16 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
     elif j.gang == "native":
         nwl = o.native_workload(j, tl.ts(c + 1))
         tl.emit(c + 1, "ADDED", nwl)
+        if j.composite:
+            tl.emit(c + 1, "ADDED", o.native_composite(j, tl.ts(c + 1)))
         pg = o.native_podgroup(j, tl.ts(c + 1))
     if pg is not None:
         tl.emit(c + 1, "ADDED", pg)
 
     if j.pending is not None and wl is not None:
         reason, msg = j.pending
+        if j.kueue_gate == "off":  # v0.19 default: the scheduler writes Pending, the controller Inadmissible
+            reason = "Inadmissible" if reason in ("Misconfigured", "Suspended") else "Pending"
         wl["status"]["resourceRequests"] = o.resource_requests(j)
         o.set_condition(wl, o.condition("QuotaReserved", "False", reason, msg, tl.ts(c + 3)))
         tl.emit(c + 3, "MODIFIED", wl)
@@ -122,7 +149,7 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
     assert a is not None
     if wl is not None:
         _admit(tl, j, wl, job, a, c)
-    pods = _create_pods(tl, j, a + 2, j.pod_names, j.pod_uids)
+    pods = _create_pods(tl, j, job, a + 2, j.pod_names, j.pod_uids)
     if pg is not None and j.gang == "coscheduling":
         pg["status"] = {"phase": "Scheduling", "occupiedBy": f"{j.namespace}/{j.name}"}
         tl.emit(a + 3, "MODIFIED", pg)
@@ -140,10 +167,10 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
         _unschedulable(tl, j, pods[len(j.nodes):], (placed or a) + 1, end)
     if j.running is None:
         if j.nodes:
-            _run(tl, j, pods[:len(j.nodes)], placed + 24 if placed else a + 30)
+            _run(tl, j, pods[:len(j.nodes)], placed + j.pull_s if placed else a + 30, placed)
         return
     r = j.running
-    _run(tl, j, pods, r)
+    _run(tl, j, pods, r, placed)
     if wl is not None:
         o.set_condition(wl, o.condition("PodsReady", "True", "Started",
                                         "All pods reached readiness and the workload is running", tl.ts(r + 1)))
@@ -156,9 +183,9 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
         _evict(tl, j, wl, job, pods, j.evicted, scn)
         if j.readmit is not None:
             _admit(tl, j, wl, job, j.readmit, j.evicted, requeued=True)
-            pods = _create_pods(tl, j, j.readmit + 2, j.pod_names2, j.pod_uids2)
+            pods = _create_pods(tl, j, job, j.readmit + 2, j.pod_names2, j.pod_uids2)
             _bind(tl, j, pods, j.readmit + 6)
-            _run(tl, j, pods, j.readmit + 30)
+            _run(tl, j, pods, j.readmit + 30, j.readmit + 6)
             o.set_condition(wl, o.condition("PodsReady", "True", "Started",
                                             "All pods reached readiness and the workload is running",
                                             tl.ts(j.readmit + 31)))
@@ -206,7 +233,7 @@ def _admit(tl: Timeline, j: SimJob, wl: dict, job: dict, a: float, queued: float
     tl.event(a + 1, job, "Normal", "Started", f"Admitted by clusterQueue {cq}", "kueue-job-controller")
 
 
-def _create_pods(tl: Timeline, j: SimJob, t: float, names: list[str], uids: list[str]) -> list[dict]:
+def _create_pods(tl: Timeline, j: SimJob, job: dict, t: float, names: list[str], uids: list[str]) -> list[dict]:
     pods = []
     for i in range(j.pods):
         p = o.pod(j, i, names[i], uids[i], tl.ts(t), j.cq if j.kueue else None)
@@ -214,6 +241,8 @@ def _create_pods(tl: Timeline, j: SimJob, t: float, names: list[str], uids: list
                                                      "Scheduling is blocked due to non-empty scheduling gates")] \
             if p["spec"].get("schedulingGates") else []
         tl.emit(t + 0.01 * i, "ADDED", p)
+        if j.kind == "Job":  # the Job controller's record of each pod (a JobSet's child Jobs are not modelled)
+            tl.event(t + 0.01 * i, job, "Normal", "SuccessfulCreate", f"Created pod: {names[i]}", "job-controller")
         pods.append(p)
     return pods
 
@@ -238,23 +267,25 @@ def _bind(tl: Timeline, j: SimJob, pods: list[dict], t: float) -> None:
                  f"{node.name}", _scheduler(j), action="Binding")
 
 
-def _run(tl: Timeline, j: SimJob, pods: list[dict], t: float) -> None:
+def _run(tl: Timeline, j: SimJob, pods: list[dict], t: float, bound: float | None) -> None:
+    """Containers start at ``t`` (+0.3 s per pod); pod ``i`` was bound at ``bound`` + 0.2 s x i (``_bind``)."""
     for i, p in enumerate(pods):
         node = j.nodes[i]
         tt = t + 0.3 * i
         ts = tl.ts(tt)
+        bt = (bound if bound is not None else t - 20) + 0.2 * i
         p["status"].update({
             "phase": "Running", "hostIP": node.ip, "hostIPs": [{"ip": node.ip}],
-            "podIP": f"192.168.{node.index % 256}.{10 + i}", "startTime": tl.ts(tt - 20),
+            "podIP": f"192.168.{node.index % 256}.{10 + i}", "startTime": tl.ts(bt + 1),
             "containerStatuses": [{"name": "trainer", "image": o.IMAGE, "imageID": "", "ready": True,
                                    "restartCount": 0, "started": True, "state": {"running": {"startedAt": ts}},
                                    "containerID": f"containerd://{tl.uid().replace('-', '')}"}],
         })
         p["status"]["conditions"] = [
             o.pod_condition("PodReadyToStartContainers", "True", tl.ts(tt - 5)),
-            o.pod_condition("Initialized", "True", tl.ts(tt - 20)),
+            o.pod_condition("Initialized", "True", tl.ts(bt + 1)),
             o.pod_condition("Ready", "True", ts), o.pod_condition("ContainersReady", "True", ts),
-            o.pod_condition("PodScheduled", "True", tl.ts(tt - 20)),
+            o.pod_condition("PodScheduled", "True", tl.ts(bt)),
         ]
         tl.emit(tt, "MODIFIED", p)
         tl.event(tt - 2, p, "Normal", "Started", "Started container trainer", "kubelet")
@@ -274,7 +305,8 @@ def _gang_running(tl: Timeline, j: SimJob, pg: dict | None, t: float) -> None:
         tl.event(t, pg, "Normal", "Scheduled", "pod group is ready", "volcano")
     elif j.gang == "native":
         placed = j.placed or t
-        pg["status"] = {"conditions": [o.condition("PodGroupScheduled", "True", "Scheduled", "", tl.ts(placed))]}
+        ctype = "PodGroupInitiallyScheduled" if j.k8s == "1.37" else "PodGroupScheduled"
+        pg["status"] = {"conditions": [o.condition(ctype, "True", "Scheduled", "", tl.ts(placed))]}
         tl.emit(placed + 0.5, "MODIFIED", pg)
 
 

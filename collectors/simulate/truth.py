@@ -3,7 +3,9 @@
 The classifier is scored against this file, so it names every injected fault: one entry per job run
 (a re-run of the same name is a second entry), ``onset`` when the injected condition begins (null for
 healthy jobs), ``nodes`` the nodes the job's pods were bound to (empty if none ever were), and
-``faults`` the telemetry-level injections (including traps that must *not* be called faults).
+``faults`` the telemetry-level injections (including traps that must *not* be called faults). In a
+first-contact variant (``capture_at``) a job whose objects were all gone before the capture began is left out:
+gangscope cannot meet it.
 """
 
 from __future__ import annotations
@@ -24,9 +26,14 @@ def _ts(start: datetime, t: float | None) -> str | None:
     return (start + timedelta(seconds=t)).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def build(scn: Scenario, start: datetime) -> dict[str, Any]:
+def build(scn: Scenario, start: datetime, variant: str | None = None,
+          capture_at: float | None = None) -> dict[str, Any]:
+    from collectors.simulate.variants import visible
+
     jobs = []
     for j in scn.jobs:
+        if not visible(j, capture_at):
+            continue
         jobs.append({
             "namespace": j.namespace, "job": j.name, "job_kind": j.kind, "uid": j.uid,
             "root_cause": j.root_cause, "onset": _ts(start, j.onset) if j.root_cause != "healthy" else None,
@@ -48,11 +55,13 @@ def build(scn: Scenario, start: datetime) -> dict[str, Any]:
             entry["ib_device"] = f"mlx5_{f.device}"
         entry["job"] = f"{owner.namespace}/{owner.name}" if owner else None
         faults.append(entry)
-    return {"scenario": scn.name, "seed": scn.seed, "nodes": len(scn.cluster.nodes), "start": _ts(start, 0),
-            "end": _ts(start, scn.duration), "jobs": jobs, "faults": faults}
+    return {"scenario": scn.name, "variant": variant, "seed": scn.seed, "nodes": len(scn.cluster.nodes),
+            "start": _ts(start, 0), "capture_at": _ts(start, capture_at), "end": _ts(start, scn.duration),
+            "jobs": jobs, "faults": faults}
 
 
-def write(scn: Scenario, start: datetime, path: Path) -> dict[str, Any]:
-    truth = build(scn, start)
+def write(scn: Scenario, start: datetime, path: Path, variant: str | None = None,
+          capture_at: float | None = None) -> dict[str, Any]:
+    truth = build(scn, start, variant, capture_at)
     path.write_text(json.dumps(truth, indent=2) + "\n")
     return truth

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "collectors.k8s.cli",
     "collectors.metrics.cli",
     "gangscope.app.replay",
+    "gangscope.app.backfill",
     "collectors.simulate.cli",
     "pipeline.cli",
     "pipeline.models_cli",

@@ -42,31 +42,41 @@ def _replay(settings: Settings, bootstrap: str, k8s_files: list[str], metrics_fi
             job: str | None, instance: str | None, progress: Callable[[ReplayStats, bool], None] | None,
             interval_s: float) -> ReplayStats:
     stats = publish(settings, bootstrap, k8s_files, metrics_files, job, instance, progress, interval_s)
-    if land and stats.records:
-        from pipeline import consume
-
-        start = time.monotonic() - stats.seconds
-        consume.run(settings, bootstrap, until=stats.offsets)
-        stats.landed = True
-        stats.seconds = time.monotonic() - start
+    if land:
+        land_published(settings, bootstrap, stats)
     return stats
+
+
+def land_published(settings: Settings, bootstrap: str, stats: ReplayStats) -> None:
+    """Run the pipeline until what ``stats`` says was published (its offsets) has landed."""
+    if not stats.records:
+        return
+    from pipeline import consume
+
+    start = time.monotonic() - stats.seconds
+    consume.run(settings, bootstrap, until=stats.offsets)
+    stats.landed = True
+    stats.seconds = time.monotonic() - start
 
 
 
 def register(groups: dict[str, Any], common: Any) -> None:
     p = groups["root"].add_parser(
         "replay", parents=[common], help="publish captured inputs to Kafka and wait until they have landed",
-        description="Publish watch JSON Lines files (--k8s) and Prometheus text files with timestamps (--metrics) "
-        "to Kafka, merged in timestamp order, then run the pipeline until every record has landed in the lake "
-        "(unless --no-land). Without --bootstrap-servers an embedded broker lives for the command.",
+        description="Publish watch JSON Lines files (--k8s) and metrics files with a timestamp on every sample "
+        "(--metrics: Prometheus text with ms timestamps, `promtool tsdb dump` output, OpenMetrics text; recognised "
+        "by content) to Kafka, merged in timestamp order, then run the pipeline until every record has landed in "
+        "the lake (unless --no-land). Without --bootstrap-servers an embedded broker lives for the command.",
     )
     p.add_argument("--k8s", action="append", metavar="FILE", default=[],
                    help="watch events, one JSON object per line (repeatable)")
     p.add_argument("--metrics", action="append", metavar="FILE", default=[],
-                   help="Prometheus text exposition with a timestamp on every sample (repeatable)")
+                   help="samples with timestamps: Prometheus text (ms), promtool tsdb dump, OpenMetrics (repeatable)")
     p.add_argument("--no-land", action="store_true", help="publish only; do not wait for landing")
-    p.add_argument("--job", metavar="J", help="job label for --metrics targets (default: from the file name)")
-    p.add_argument("--instance", metavar="I", help="instance label for --metrics targets")
+    p.add_argument("--job", metavar="J", help="job of --metrics samples (default: their job label, else the file "
+                   "name without extension)")
+    p.add_argument("--instance", metavar="I", help="instance of --metrics samples (default: their instance label, "
+                   "else the file name without extension)")
     p.set_defaults(handler=_handler)
 
 

@@ -16,12 +16,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from gangscope.config import ConfigError, Settings
+from gangscope.config import COLLECTORS, ConfigError, Settings
 from gangscope.errors import UserError
 
 log = logging.getLogger(__name__)
-
-COLLECTORS = ("k8s", "metrics")
 
 
 def _optional(module: str) -> Any:
@@ -74,6 +72,8 @@ def _collector_target(name: str, settings: Settings, publisher: Any, stop: threa
         if mod is None:
             raise UserError("collector k8s is not available in this build")
         return lambda: mod.run(settings, publisher, stop)
+    if name == "remote_write":  # served by the HTTP server's POST route; nothing to run
+        return lambda: None
     mod = _optional("collectors.metrics.scrape")
     if mod is None:
         raise UserError("collector metrics is not available in this build")
@@ -137,15 +137,11 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
     failed = threading.Event()
     telemetry = _optional("gangscope.telemetry")
     consume = _optional("pipeline.consume")
+    if "remote_write" in settings.collectors and not (telemetry and settings.server.listen):
+        raise ConfigError("collectors: remote_write is served on server.listen, which is not set")
     with stop_on_signals(stop), bootstrap_servers(settings) as bootstrap:
         stop_server = None
-        if telemetry is not None and settings.server.listen:
-            try:
-                stop_server = telemetry.start_http_server(settings.server.listen)
-            except (OSError, ValueError) as e:
-                raise UserError(f"cannot serve telemetry on {settings.server.listen}: {e}") from None
-            log.info("telemetry on http://%s (/metrics, /healthz)", settings.server.listen)
-        publisher = None
+        publisher = receiver = None
         collectors_stop, pipeline_stop = threading.Event(), threading.Event()
         collector_threads: list[threading.Thread] = []
         pipeline_thread = None
@@ -154,6 +150,26 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
                 from gangscope.transport.publish import Publisher
 
                 publisher = Publisher(settings, bootstrap)
+            routes = {}  # path -> (handler, largest body it takes)
+            if "remote_write" in settings.collectors:
+                from collectors.prom.remote_write import Receiver, route
+
+                rw = settings.remote_write
+                receiver = Receiver(publisher, settings.cluster, ack_timeout_s=rw.ack_timeout_s,
+                                    max_buffered=rw.max_buffered_records)
+                path, handler = route(receiver)
+                routes[path] = (handler, rw.max_body_bytes)
+            if telemetry is not None and settings.server.listen:
+                try:
+                    server = telemetry.start_http_server(settings.server.listen)
+                except (OSError, ValueError) as e:
+                    raise UserError(f"cannot serve telemetry on {settings.server.listen}: {e}") from None
+                stop_server = server
+                for path, (handler, max_body) in routes.items():
+                    server.add_route("POST", path, handler, max_body_bytes=max_body)
+                log.info("telemetry on http://%s (/metrics, /healthz%s)", settings.server.listen,
+                         "".join(f", POST {p}" for p in routes))
+            if publisher is not None:
                 for name in settings.collectors:
                     target = _collector_target(name, settings, publisher, collectors_stop)
                     collector_threads.append(_thread(f"collector-{name}", target, failed))
@@ -174,6 +190,8 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
             if scheduler.running:
                 scheduler.pause()  # no new job starts while the last records land
             collectors_stop.set()
+            if receiver is not None:
+                receiver.close()  # new remote writes get 503 (Prometheus retries them after the restart)
             for t in collector_threads:
                 t.join(timeout=30)
             offsets: dict[tuple[str, int], int] = {}

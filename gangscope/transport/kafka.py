@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import socket
-import time
+import threading
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError, TopicAlreadyExistsError
+from kafka.net.compat import KafkaNetClient
 
 from gangscope.config import Settings
 from gangscope.errors import UserError
@@ -23,39 +23,99 @@ def _security(settings: Settings) -> dict[str, Any]:
     return dict(settings.kafka.security)
 
 
-def check_reachable(bootstrap: str, timeout_s: float = 10.0) -> None:
-    """Fail fast, naming the address, when no bootstrap broker accepts a TCP connection.
-
-    Without it an unreachable broker surfaced only after the publisher's retries (126 s for a replay).
-    """
-    tried: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    for addr in [a.strip() for a in bootstrap.split(",") if a.strip()]:
-        host, _, port = addr.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]") or "localhost", int(port)),
-                                          timeout=max(0.5, min(5.0, deadline - time.monotonic()))):
-                return
-        except (OSError, ValueError) as e:
-            tried.append(f"{addr} ({getattr(e, 'strerror', None) or e})")
-    raise UserError(f"Kafka is unreachable: tried {', '.join(tried) or repr(bootstrap)}; check --bootstrap-servers")
-
-
 def topics(settings: Settings) -> dict[str, str]:
     return topic_names(settings.kafka.topic_prefix)
 
 
+# What kafka-python logs when a connection fails for a reason no retry can fix.
+_FATAL = {
+    "SaslAuthenticationFailedError": "authentication failed (check the SASL user, password and mechanism)",
+    "UnsupportedSaslMechanismError": "the broker does not offer this SASL mechanism",
+    "CERTIFICATE_VERIFY_FAILED": "TLS certificate not trusted (check ssl_cafile)",
+    "WRONG_VERSION_NUMBER": "TLS to a listener that does not speak TLS (check security_protocol)",
+}
+
+
+_RETRY_NOISE = ("Bootstrap", "Connection failed", "Connection lost", "not ready", *_FATAL)
+
+
+class _FirstFailure(logging.Handler):
+    """Keeps the first connection failure kafka-python logs; it retries even refused logins until its timeout."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.NOTSET)
+        self.reason: str | None = None
+        self.done = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        for marker, reason in _FATAL.items():
+            if marker in msg and self.reason is None:
+                self.reason = reason
+                self.done.set()
+        # While connecting, the "kafka" logger does not propagate: its retries of a broker that does not
+        # answer (a dozen ERROR lines) are said once, by the UserError; anything else goes on to the root.
+        if not any(noise in msg for noise in _RETRY_NOISE):
+            logging.getLogger().handle(record)
+
+
+def admin(settings: Settings, bootstrap: str, timeout_s: float = 15.0) -> KafkaAdminClient:
+    """An admin client with the configured security settings. A refused login or an untrusted certificate
+    is a one-line ``UserError`` as soon as kafka-python logs it (it would retry it until its bootstrap
+    timeout, then say only "Unable to bootstrap"); no broker within ``timeout_s`` is one too."""
+    seen = _FirstFailure()
+    clients: list[KafkaNetClient] = []
+    made: list[KafkaAdminClient | BaseException] = []
+
+    def client(**configs: Any) -> KafkaNetClient:  # kafka-python's documented ``kafka_client`` hook
+        clients.append(KafkaNetClient(**configs))
+        return clients[-1]
+
+    def connect() -> None:
+        try:
+            made.append(KafkaAdminClient(bootstrap_servers=bootstrap, bootstrap_timeout_ms=int(timeout_s * 1000),
+                                         kafka_client=client, **_security(settings)))
+        except BaseException as e:  # handed to the caller's thread
+            made.append(e)
+        seen.done.set()
+
+    kafka_log = logging.getLogger("kafka")
+    kafka_log.addHandler(seen)
+    propagate, kafka_log.propagate = kafka_log.propagate, False
+    try:
+        connecting = threading.Thread(target=connect, name="kafka-connect", daemon=True)
+        connecting.start()
+        seen.done.wait()
+        if seen.reason is not None:  # stop kafka-python's retries before saying why
+            for c in clients:
+                with contextlib.suppress(Exception):
+                    c.close()
+            connecting.join(5)
+    finally:
+        kafka_log.removeHandler(seen)
+        kafka_log.propagate = propagate
+    if seen.reason is not None:
+        if made and isinstance(made[0], KafkaAdminClient):
+            made[0].close()
+        raise UserError(f"Kafka at {bootstrap}: {seen.reason}")
+    if isinstance(made[0], KafkaAdminClient):
+        return made[0]
+    if isinstance(made[0], (KafkaTimeoutError, KafkaConnectionError)):
+        raise UserError(f"Kafka at {bootstrap}: no answer within {timeout_s:.0f} s")
+    raise made[0]
+
+
 def ensure_topics(settings: Settings, bootstrap: str) -> None:
     """Create gangscope's topics with the configured partition count if they are missing."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **_security(settings))
+    admin_client = admin(settings, bootstrap)
     try:
-        existing = set(admin.list_topics())
+        existing = set(admin_client.list_topics())
         new = [NewTopic(t, settings.kafka.partitions, 1) for t in topics(settings).values() if t not in existing]
         if new:
             with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics(new)
+                admin_client.create_topics(new)
     finally:
-        admin.close()
+        admin_client.close()
 
 
 def producer(settings: Settings, bootstrap: str, **overrides: Any) -> KafkaProducer:

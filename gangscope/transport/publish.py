@@ -9,6 +9,11 @@ Delivery is at-least-once (a send whose acknowledgement was lost is sent again);
 pipeline's stored offsets make landing exactly-once for whatever reaches Kafka. Per-key
 order holds: records leave the buffer in publish order, one window at a time, and a
 failed window goes back to the front of the buffer before anything newer is sent.
+
+A caller that must know when its records are safe (the remote-write receiver answers
+Prometheus only then) publishes them with a ``Ticket`` and waits on it: it is done when
+Kafka acknowledged every one of them, failed when one was dropped; ``withdraw`` takes the
+ticket's records that were not sent yet back out of the buffer.
 """
 
 from __future__ import annotations
@@ -35,11 +40,42 @@ WINDOW_RECORDS = 2000  # records handed to the producer before waiting for their
 RETRY_MAX_S = 5.0
 
 
+class Ticket:
+    """Acknowledgement of a group of published records: ``wait`` until Kafka acknowledged them all."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._left = 0
+        self.failed: str | None = None
+
+    def _add(self) -> None:
+        with self._cond:
+            self._left += 1
+
+    def _acked(self) -> None:
+        with self._cond:
+            self._left -= 1
+            if self._left <= 0:
+                self._cond.notify_all()
+
+    def _fail(self, reason: str) -> None:
+        with self._cond:
+            self.failed = self.failed or reason
+            self._cond.notify_all()
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once every record is acknowledged; False when one was dropped or on timeout."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._left <= 0 or self.failed is not None, timeout_s)
+            return self._left <= 0 and self.failed is None
+
+
 @dataclass(slots=True)
 class _Pending:
     topic: str
     key: bytes
     value: bytes
+    ticket: Ticket | None = None
 
 
 def oversize_stub(record: K8sEvent | ScrapeBatch, size: int, limit: int) -> bytes:
@@ -90,8 +126,9 @@ class Publisher:
         with self._cond:
             return len(self._buf) + self._inflight
 
-    def publish(self, record: K8sEvent | ScrapeBatch) -> None:
-        """Queue one record; raises only for a record that cannot be encoded (a caller bug)."""
+    def publish(self, record: K8sEvent | ScrapeBatch, ticket: Ticket | None = None) -> None:
+        """Queue one record (counted on ``ticket``); raises only for a record that cannot be encoded (a caller
+        bug) or a closed publisher."""
         if isinstance(record, K8sEvent):
             topic = self._topics[K8S]
         elif isinstance(record, ScrapeBatch):
@@ -105,10 +142,12 @@ class Publisher:
             telemetry.REJECTED_AT_EDGE.labels(topic).inc()
         elif record.rejected:
             telemetry.REJECTED_AT_EDGE.labels(topic).inc()
-        item = _Pending(topic, record.key(), value)
+        item = _Pending(topic, record.key(), value, ticket)
         with self._cond:
             if self._closing:
                 raise RuntimeError("publisher is closed")
+            if ticket is not None:
+                ticket._add()
             self._buf.append(item)
             self._enforce_bound()
             self._cond.notify_all()
@@ -139,6 +178,14 @@ class Publisher:
             log.error("publisher closed with %d record(s) not delivered to Kafka", left)
         self._log_drops(force=True)
 
+    def withdraw(self, ticket: Ticket) -> int:
+        """Remove the ticket's records not sent yet (its caller gave up on them); returns how many."""
+        with self._cond:
+            keep = deque(p for p in self._buf if p.ticket is not ticket)
+            removed = len(self._buf) - len(keep)
+            self._buf = keep
+            return removed
+
     def acked_offsets(self) -> dict[tuple[str, int], int]:
         with self._cond:
             return dict(self._acked)
@@ -154,7 +201,10 @@ class Publisher:
         """Drop the oldest queued records beyond the bound (caller holds the lock)."""
         over = len(self._buf) + self._inflight - self._max
         while over > 0 and self._buf:
-            telemetry.PUBLISHER_DROPPED.labels(self._buf.popleft().topic).inc()
+            gone = self._buf.popleft()
+            if gone.ticket is not None:
+                gone.ticket._fail("dropped: publish buffer full")
+            telemetry.PUBLISHER_DROPPED.labels(gone.topic).inc()
             self.dropped += 1
             over -= 1
         if self.dropped != self._dropped_logged:
@@ -253,6 +303,8 @@ class Publisher:
             if fut.is_done and fut.succeeded():
                 md = fut.value
                 acked[(md.topic, md.partition)] = md.offset + 1
+                if item.ticket is not None:
+                    item.ticket._acked()
             else:
                 failed.append(item)
         with self._cond:

@@ -1,7 +1,11 @@
 -- Training throughput per job and time bucket, with the job's baseline (CONTRACT section 4): the median
 -- of earlier runs of the same job (samples before the current run's pods were created) when there are any,
 -- else the job's own median over its first steady window (baseline_start_s to baseline_end_s after all its
--- pods run). Samples attach to a job through their pod, else through a job_name label in the namespace.
+-- pods run, that time from the pods' own timestamps). A job first seen mid-run, whose steady window lies before
+-- its first sample, takes the same length of window from its first observed sample: a steady job stays at
+-- ratio 1 and a job slowing down after capture began is still below it. Samples attach to a job through their
+-- pod, else (a pod deleted before gangscope saw it) through the Job controller's SuccessfulCreate Event naming
+-- it, else through a job_name label in the namespace.
 -- column: cluster: identity
 -- column: namespace: identity
 -- column: job: identity
@@ -12,10 +16,19 @@
 -- column: ratio: value / baseline
 -- column: judged: the bucket is in the current run and past its warm-up, so a dip counts
 -- column: dip: judged and ratio < throughput_ratio
-WITH per_series AS (
-    SELECT m.cluster, m.namespace, m.ts, m.value, coalesce(p.job, m.job_name) AS job
+WITH created AS (
+    -- Pods gangscope never saw (deleted before it started watching) are still named by the Job controller's
+    -- SuccessfulCreate Event on their Job ("Created pod: <name>"), which outlives them: an earlier run's samples.
+    SELECT DISTINCT cluster, object_namespace AS namespace, object_name AS job,
+           regexp_extract(message, '^Created pod: (.+)$', 1) AS pod
+    FROM staging.stg_events
+    WHERE reason = 'SuccessfulCreate' AND object_kind = 'Job' AND message LIKE 'Created pod: %'
+),
+per_series AS (
+    SELECT m.cluster, m.namespace, m.ts, m.value, coalesce(p.job, c.job, m.job_name) AS job
     FROM intermediate.int_throughput_buckets m
     LEFT JOIN intermediate.int_pod_jobs p ON p.cluster = m.cluster AND p.namespace = m.namespace AND p.pod = m.pod
+    LEFT JOIN created c ON p.pod IS NULL AND c.cluster = m.cluster AND c.namespace = m.namespace AND c.pod = m.pod
 ),
 b AS (
     SELECT cluster, namespace, job, ts, sum(value) AS value FROM per_series WHERE job IS NOT NULL GROUP BY ALL
@@ -28,19 +41,25 @@ j AS (
     GROUP BY ALL
 ),
 origin AS (
-    SELECT j.*,
-           coalesce(j.all_running_at,
-                    (SELECT min(b2.ts) FROM b b2 WHERE b2.cluster = j.cluster AND b2.namespace = j.namespace
-                       AND b2.job = j.job AND b2.ts >= j.run_start)) AS origin
+    SELECT j.*, f.first_run_ts, coalesce(j.all_running_at, f.first_run_ts) AS origin
     FROM j
+    LEFT JOIN (SELECT b.cluster, b.namespace, b.job, min(b.ts) AS first_run_ts
+               FROM b JOIN j USING (cluster, namespace, job) WHERE b.ts >= j.run_start GROUP BY ALL) f
+      USING (cluster, namespace, job)
+),
+win AS (
+    -- The steady window starts baseline_start_s after all pods run; for a job first seen mid-run (its window lies
+    -- before the first sample), it starts at its first sample instead, so its baseline is what was observed.
+    SELECT *, greatest(origin + to_seconds(getvariable('baseline_start_s')), first_run_ts) AS win_start FROM origin
 ),
 base AS (
     SELECT o.cluster, o.namespace, o.job, o.origin, o.run_start,
            median(b.value) FILTER (WHERE b.ts < o.run_start) AS earlier,
            count(*) FILTER (WHERE b.ts < o.run_start) AS earlier_n,
-           median(b.value) FILTER (WHERE b.ts >= o.origin + to_seconds(getvariable('baseline_start_s'))
-                                     AND b.ts < o.origin + to_seconds(getvariable('baseline_end_s'))) AS steady
-    FROM origin o JOIN b USING (cluster, namespace, job)
+           median(b.value) FILTER (WHERE b.ts >= o.win_start
+                                     AND b.ts < o.win_start + to_seconds(getvariable('baseline_end_s')
+                                                                         - getvariable('baseline_start_s'))) AS steady
+    FROM win o JOIN b USING (cluster, namespace, job)
     GROUP BY ALL
 )
 SELECT b.cluster, b.namespace, b.job, b.ts, b.value,

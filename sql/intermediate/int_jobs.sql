@@ -1,6 +1,7 @@
 -- One row per job (cluster, namespace, job): its Kueue Workload, gang object, size, pods, nodes and the
--- time all gang members first ran. Jobs come from pods, from Kueue Workloads whose pods do not exist
--- yet (suspended while queued) and from gang objects without pods.
+-- times all gang members were bound and first ran (from the pods' own timestamps, stg_pods). Jobs come from
+-- pods, from Kueue Workloads whose pods do not exist yet (suspended while queued) and from gang objects
+-- without pods; a gang object belongs to the job its pods link it to (never by name equality).
 -- column: cluster: identity (CONTRACT section 2)
 -- column: namespace: identity (CONTRACT section 2)
 -- column: job: identity (CONTRACT section 2)
@@ -10,15 +11,22 @@
 -- column: local_queue: LocalQueue (NULL without Kueue)
 -- column: pod_group: gang object and its system (NULL without a gang)
 -- column: gang_system: gang object and its system (NULL without a gang)
--- column: gang_size: PodGroup minMember / native minCount, else the Workload's pod count, else the pods seen
+-- column: gang_size: PodGroup minMember / native minCount (summed over a job's gang units when it has several:
+--   int_gang_units), else the Workload's pod count, else the pods seen
 -- column: schedule_timeout_s: coscheduling scheduleTimeoutSeconds (NULL elsewhere)
 -- column: pods: live (not deleted) pods, and those Running now
 -- column: pods_running: live (not deleted) pods, and those Running now
+-- column: pods_bound: live pods bound to a node
 -- column: gpus: GPUs requested by live pods
 -- column: nodes: distinct nodes of live pods
 -- column: created_at: earliest creation of the Workload, gang object or pods
 -- column: run_started_at: earliest creation of the live pods (start of the current run)
+-- column: all_bound_at: when the gang_size-th live pod was bound to a node (NULL until enough are); for a job of
+--   several gang units (int_gang_units), when the last of its root gang units assembled
+-- column: bound_before_capture: some of those gang_size pods were already bound when first seen, with no time of
+--   their own: all_bound_at is only an upper bound
 -- column: all_running_at: when the gang_size-th live pod first ran (NULL until the gang is complete)
+-- column: running_before_capture: likewise for all_running_at
 -- column: first_seen: observation range
 -- column: last_seen: observation range
 -- column: required_topology: Kueue topology request (or native topology key)
@@ -27,19 +35,63 @@
 WITH wl AS (
     SELECT w.cluster, w.namespace, coalesce(w.owner_name, w.name) AS job, coalesce(w.owner_kind, 'Workload') AS job_kind,
            w.name AS workload, coalesce(w.cluster_queue, lq.cluster_queue) AS cluster_queue, w.queue_name, w.pod_count,
-           w.required_topology, w.preferred_topology, w.created_at, w.last_seen_at
+           w.required_topology, w.preferred_topology, w.pod_group, w.created_at, w.last_seen_at
     FROM staging.stg_workloads w
     LEFT JOIN staging.stg_local_queues lq ON lq.cluster = w.cluster AND lq.namespace = w.namespace AND lq.name = w.queue_name
     QUALIFY row_number() OVER (PARTITION BY w.cluster, w.namespace, coalesce(w.owner_name, w.name)
                                ORDER BY w.created_at DESC NULLS LAST) = 1
 ),
+members AS (
+    -- A gang object belongs to the job its pods belong to (their pod-group label / annotation / schedulingGroup).
+    SELECT cluster, namespace, pod_group, pod_group_system,
+           arg_max(job, created_at) AS job, arg_max(job_kind, created_at) AS job_kind
+    FROM intermediate.int_pod_jobs
+    WHERE pod_group IS NOT NULL
+    GROUP BY ALL
+),
 pg AS (
-    SELECT g.*, coalesce(CASE WHEN g.system = 'native' THEN nw.controller_name END, g.name) AS job,
-           coalesce(CASE WHEN g.system = 'native' THEN nw.controller_kind END, 'PodGroup') AS job_kind
+    -- ... else, native, to its gang unit's job (int_gang_units: the controller of its Workload, else its owner,
+    -- e.g. the Job that created it); else to the job of the Kueue Workload whose pod template names it, or that has
+    -- the same owner; only a gang object nothing links is a job of its own.
+    SELECT g.*, m.job IS NOT NULL AS has_members,
+           coalesce(m.job, CASE WHEN g.system = 'native' THEN u.job END, wp.job, wo.job,
+                    CASE WHEN g.system = 'native' THEN nw.controller_name END, g.name) AS job,
+           coalesce(m.job_kind, CASE WHEN g.system = 'native' THEN u.job_kind END, wp.job_kind, wo.job_kind,
+                    CASE WHEN g.system = 'native' THEN nw.controller_kind END, 'PodGroup') AS job_kind
     FROM staging.stg_pod_groups g
+    LEFT JOIN members m
+      ON m.cluster = g.cluster AND m.namespace = g.namespace AND m.pod_group = g.name AND m.pod_group_system = g.system
+    LEFT JOIN wl wp ON wp.cluster = g.cluster AND wp.namespace = g.namespace AND wp.pod_group = g.name
+    LEFT JOIN wl wo ON wo.cluster = g.cluster AND wo.namespace = g.namespace AND wo.job_kind = g.owner_kind
+     AND wo.job = g.owner_name
     LEFT JOIN staging.stg_native_workloads nw
       ON g.system = 'native' AND nw.cluster = g.cluster AND nw.namespace = g.namespace AND nw.name = g.native_workload
-    QUALIFY row_number() OVER (PARTITION BY g.cluster, g.namespace, g.name ORDER BY nw.api_version DESC NULLS LAST) = 1
+    LEFT JOIN intermediate.int_gang_units u
+      ON u.cluster = g.cluster AND u.namespace = g.namespace AND u.unit = g.name AND u.system = g.system
+     AND u.unit_kind = 'podgroup'
+    QUALIFY row_number() OVER (PARTITION BY g.cluster, g.namespace, g.name, g.system
+                               ORDER BY nw.api_version DESC NULLS LAST) = 1
+),
+pg_job AS (
+    -- One gang object per job (a job may own several: composites, 1.35 replicas): the one its pods name, else
+    -- the newest.
+    SELECT * FROM pg
+    QUALIFY row_number() OVER (PARTITION BY cluster, namespace, job
+                               ORDER BY has_members DESC, created_at DESC NULLS LAST, name) = 1
+),
+units AS (
+    -- Jobs of several gangs (CompositePodGroup, 1.35 replicas, several PodGroups): members needed is the sum over
+    -- the gang-policy leaves, and the job is assembled when every root gang unit is.
+    SELECT cluster, namespace, job,
+           CAST(sum(needed) FILTER (WHERE unit_kind <> 'composite' AND policy = 'gang') AS INTEGER) AS gang_size,
+           CASE WHEN bool_and(assembled_at IS NOT NULL) FILTER (WHERE parent IS NULL AND policy = 'gang')
+                THEN max(assembled_at) FILTER (WHERE parent IS NULL AND policy = 'gang') END AS assembled_at,
+           CASE WHEN count(*) FILTER (WHERE parent IS NULL) = 1 THEN max(unit) FILTER (WHERE parent IS NULL) END
+               AS root_unit
+    FROM intermediate.int_gang_units
+    GROUP BY ALL
+    HAVING count(*) FILTER (WHERE unit_kind = 'composite') > 0
+        OR count(*) FILTER (WHERE policy = 'gang' AND unit_kind <> 'composite') > 1
 ),
 pods AS (
     SELECT cluster, namespace, job,
@@ -49,10 +101,14 @@ pods AS (
            max(pod_group_system) AS gang_system,
            count(*) FILTER (WHERE NOT deleted) AS pods,
            count(*) FILTER (WHERE NOT deleted AND phase = 'Running') AS pods_running,
+           count(*) FILTER (WHERE NOT deleted AND node IS NOT NULL) AS pods_bound,
            count(*) FILTER (WHERE NOT deleted AND phase IN ('Succeeded', 'Failed')) AS pods_done,
            coalesce(sum(gpus) FILTER (WHERE NOT deleted), 0) AS gpus,
            list_sort(list(DISTINCT node) FILTER (WHERE NOT deleted AND node IS NOT NULL)) AS nodes,
-           list_sort(list(first_running_at) FILTER (WHERE NOT deleted AND first_running_at IS NOT NULL)) AS running_times,
+           list_sort(list({'t': bound_at, 'before_capture': bound_before_capture})
+                     FILTER (WHERE NOT deleted AND bound_at IS NOT NULL)) AS bound_times,
+           list_sort(list({'t': first_running_at, 'before_capture': running_before_capture})
+                     FILTER (WHERE NOT deleted AND first_running_at IS NOT NULL)) AS running_times,
            min(created_at) AS pods_created_at,
            min(created_at) FILTER (WHERE NOT deleted) AS run_started_at,
            max(local_queue) AS local_queue,
@@ -65,7 +121,7 @@ pods AS (
 keys AS (
     SELECT cluster, namespace, job FROM pods
     UNION SELECT cluster, namespace, job FROM wl
-    UNION SELECT cluster, namespace, job FROM pg
+    UNION SELECT cluster, namespace, job FROM pg_job
 ),
 j AS (
     SELECT k.cluster, k.namespace, k.job,
@@ -73,15 +129,18 @@ j AS (
            coalesce(w.workload, p.workload) AS workload,
            w.cluster_queue,
            coalesce(w.queue_name, p.local_queue) AS local_queue,
-           coalesce(p.pod_group, g.name) AS pod_group,
+           coalesce(u.root_unit, p.pod_group, g.name) AS pod_group,
            coalesce(p.gang_system, g.system) AS gang_system,
-           CAST(coalesce(g.min_member, w.pod_count, p.pods, 0) AS INTEGER) AS gang_size,
+           CAST(coalesce(u.gang_size, g.min_member, w.pod_count, p.pods, 0) AS INTEGER) AS gang_size,
+           u.job IS NOT NULL AS multi_gang, u.assembled_at AS units_assembled_at,
            g.schedule_timeout_s,
            coalesce(p.pods, 0) AS pods,
            coalesce(p.pods_running, 0) AS pods_running,
+           coalesce(p.pods_bound, 0) AS pods_bound,
            coalesce(p.pods_done, 0) AS pods_done,
            coalesce(p.gpus, 0) AS gpus,
            coalesce(p.nodes, []) AS nodes,
+           p.bound_times,
            p.running_times,
            least(w.created_at, g.created_at, p.pods_created_at) AS created_at,
            p.run_started_at,
@@ -91,18 +150,30 @@ j AS (
            coalesce(w.preferred_topology, g.topology_key) AS preferred_topology
     FROM keys k
     LEFT JOIN wl w USING (cluster, namespace, job)
-    LEFT JOIN pg g USING (cluster, namespace, job)
+    LEFT JOIN pg_job g USING (cluster, namespace, job)
     LEFT JOIN pods p USING (cluster, namespace, job)
+    LEFT JOIN units u USING (cluster, namespace, job)
 )
 SELECT
     cluster, namespace, job, job_kind, workload, cluster_queue, local_queue, pod_group, gang_system,
-    gang_size, schedule_timeout_s, pods, pods_running, gpus, nodes, created_at, run_started_at,
-    CASE WHEN gang_size > 0 AND len(coalesce(running_times, [])) >= gang_size THEN running_times[gang_size] END
+    gang_size, schedule_timeout_s, pods, pods_running, pods_bound, gpus, nodes, created_at, run_started_at,
+    CASE WHEN multi_gang THEN units_assembled_at
+         WHEN gang_size > 0 AND len(coalesce(bound_times, [])) >= gang_size THEN bound_times[gang_size].t END
+        AS all_bound_at,
+    coalesce(gang_size > 0 AND len(coalesce(bound_times, [])) >= gang_size
+             AND list_bool_or([b.before_capture FOR b IN bound_times[1:gang_size]]), false) AS bound_before_capture,
+    CASE WHEN multi_gang AND units_assembled_at IS NULL THEN NULL
+         WHEN gang_size > 0 AND len(coalesce(running_times, [])) >= gang_size THEN running_times[gang_size].t END
         AS all_running_at,
+    coalesce(gang_size > 0 AND len(coalesce(running_times, [])) >= gang_size
+             AND list_bool_or([r.before_capture FOR r IN running_times[1:gang_size]]), false)
+        AS running_before_capture,
     first_seen, last_seen, required_topology, preferred_topology,
     CASE
         WHEN pods > 0 AND pods_done = pods THEN 'finished'
         WHEN pods = 0 AND workload IS NOT NULL THEN 'queued'
+        WHEN multi_gang AND units_assembled_at IS NOT NULL AND pods_running > 0 THEN 'running'
+        WHEN multi_gang THEN 'assembling'
         WHEN gang_size > 0 AND pods_running >= gang_size THEN 'running'
         WHEN pods_running > 0 AND gang_size = 0 THEN 'running'
         ELSE 'assembling'

@@ -14,11 +14,16 @@
 -- column: phase: from staging.stg_pods
 -- column: deleted: from staging.stg_pods
 -- column: created_at: from staging.stg_pods
+-- column: first_seen_at: from staging.stg_pods
+-- column: bound_at: from staging.stg_pods
+-- column: bound_before_capture: from staging.stg_pods
 -- column: first_running_at: from staging.stg_pods
+-- column: running_before_capture: from staging.stg_pods
 -- column: last_seen_at: from staging.stg_pods
 -- column: gpus: from staging.stg_pods
 -- column: disruption_reason: from staging.stg_pods
 -- column: unscheduled_message: from staging.stg_pods
+-- column: disruption_at: from staging.stg_pods
 -- column: scheduling_gates: from staging.stg_pods
 WITH wl_by_owner AS (
     SELECT * FROM staging.stg_workloads
@@ -80,6 +85,6 @@ SELECT
     coalesce(pod_group, native_workload) AS pod_group,
     CASE WHEN pod_group_system IS NULL AND native_workload IS NOT NULL THEN 'native' ELSE pod_group_system END
         AS pod_group_system,
-    node, phase, deleted, created_at, first_running_at, last_seen_at, gpus,
-    disruption_reason, unscheduled_message, scheduling_gates
+    node, phase, deleted, created_at, first_seen_at, bound_at, bound_before_capture, first_running_at,
+    running_before_capture, last_seen_at, gpus, disruption_reason, unscheduled_message, disruption_at, scheduling_gates
 FROM joined

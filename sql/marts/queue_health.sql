@@ -9,6 +9,8 @@
 -- column: wait_p50_s, wait_p95_s, wait_max_s: admission wait (created to admitted, or to now while pending)
 -- column: blocked_quota: jobs whose last not-admitted reason was quota / topology
 -- column: blocked_topology: jobs whose last not-admitted reason was quota / topology
+-- column: blocked_configuration: jobs whose queue or Workload is misconfigured (int_admission cause_kind
+--   configuration: missing or inactive queue, no matching flavor, ...)
 -- column: over_threshold: jobs that waited longer than admission_wait_s
 SELECT cluster, cluster_queue, local_queue,
        count(*) AS jobs,
@@ -19,6 +21,7 @@ SELECT cluster, cluster_queue, local_queue,
        max(wait_s) AS wait_max_s,
        count(*) FILTER (WHERE blocked_by = 'quota') AS blocked_quota,
        count(*) FILTER (WHERE blocked_by = 'topology') AS blocked_topology,
+       count(*) FILTER (WHERE blocked_by = 'configuration') AS blocked_configuration,
        count(*) FILTER (WHERE wait_s > getvariable('admission_wait_s')) AS over_threshold
 FROM intermediate.int_admission
 GROUP BY ALL

@@ -17,6 +17,7 @@
 --   sm_active      ratio 0..1
 --   throughput     items/s   (tokens, samples or steps per second; counters as a rate)
 --   kueue_pending  workloads (one row per cluster_queue and status; device = cluster_queue)
+--   (any series labelled replica_role="follower" is dropped: a Kueue HA follower's copy; leader / standalone count)
 --   kueue_admission_wait  rate of the histogram's _sum (s/s) and _count (1/s) rows: mean wait = sum / count
 --   ray_pg_pending placement groups in state PENDING
 -- Counters: per-second rate against the previous non-NULL sample of the same series (same cluster,
@@ -75,10 +76,15 @@ mapped AS (
     SELECT s.metric, s.labels, m.signal, m.kind, m.scale
     FROM (SELECT DISTINCT metric, labels FROM series) s
     JOIN name_map m ON m.metric = s.metric
-    WHERE m.label IS NULL
-       OR EXISTS (SELECT 1 FROM series_label l
-                  WHERE l.metric = s.metric AND l.labels = s.labels
-                    AND l.k = lower(m.label) AND lower(l.v) = lower(m.label_value))
+    WHERE (m.label IS NULL
+           OR EXISTS (SELECT 1 FROM series_label l
+                      WHERE l.metric = s.metric AND l.labels = s.labels
+                        AND l.k = lower(m.label) AND lower(l.v) = lower(m.label_value)))
+      -- Kueue in HA: followers export gauges too (replica_role, since v0.16); only leader / standalone count,
+      -- else queue depth doubles.
+      AND NOT EXISTS (SELECT 1 FROM series_label l
+                      WHERE l.metric = s.metric AND l.labels = s.labels
+                        AND l.k = 'replica_role' AND lower(l.v) = 'follower')
     QUALIFY row_number() OVER (PARTITION BY s.metric, s.labels ORDER BY m.priority) = 1
 ),
 attrs AS (

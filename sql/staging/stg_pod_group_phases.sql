@@ -10,10 +10,13 @@ SELECT cluster, namespace, name,
        CASE WHEN api_version LIKE 'scheduling.x-k8s.io/%' THEN 'coscheduling'
             WHEN api_version LIKE 'scheduling.volcano.sh/%' THEN 'volcano' ELSE 'native' END AS system,
        coalesce(object->>'$.status.phase',
-                CASE json_extract_string(object, '$.status.conditions[0].status')
+                -- By type, never conditions[0]: 1.37 adds DisruptionTarget and list order is not guaranteed.
+                CASE [c->>'$.status' FOR c IN coalesce(json_extract(object, '$.status.conditions[*]'), []::JSON[])
+                      IF (c->>'$.type') IN ('PodGroupInitiallyScheduled', 'PodGroupScheduled',
+                                            'CompositePodGroupInitiallyScheduled')][1]
                     WHEN 'True' THEN 'Scheduled' WHEN 'False' THEN 'Unschedulable' END) AS phase,
        min(observed_at) AS first_at
 FROM staging.stg_k8s_events
-WHERE kind = 'PodGroup' AND event_type IN ('ADDED', 'MODIFIED')
+WHERE kind IN ('PodGroup', 'CompositePodGroup') AND event_type IN ('ADDED', 'MODIFIED')
 GROUP BY ALL
 HAVING phase IS NOT NULL

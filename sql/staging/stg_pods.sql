@@ -1,5 +1,9 @@
 -- Pods: current state per pod (latest watch event by uid), with the labels, annotations and
--- fields that tie a pod to its job, gang and Kueue Workload, plus when it first ran.
+-- fields that tie a pod to its job, gang and Kueue Workload, and when it was bound and first ran.
+-- Times come from the pod's own evidence (PodScheduled lastTransitionTime, status.startTime,
+-- containerStatuses[].state.*.startedAt), else from the first observation in that state. A state the
+-- pod was already in when first seen, with no time of its own, happened before capture began: its
+-- *_before_capture flag says so and its time is only an upper bound (the first observation).
 -- column: cluster: cluster name stamped by the collector
 -- column: namespace: the Pod
 -- column: name: the Pod
@@ -8,7 +12,13 @@
 -- column: phase: status.phase of the latest event
 -- column: deleted: the latest event was DELETED
 -- column: created_at: metadata.creationTimestamp
--- column: first_running_at: first observation of phase Running (any event of this uid)
+-- column: first_seen_at: first observation of this pod by gangscope
+-- column: bound_at: bound to a node: PodScheduled=True lastTransitionTime, else status.startTime, else the first
+--   observation with spec.nodeName
+-- column: bound_before_capture: already bound when first seen and no time of its own (bound_at is an upper bound)
+-- column: first_running_at: containers first started (earliest containerStatuses startedAt, else Ready=True
+--   lastTransitionTime, else the first observation of phase Running)
+-- column: running_before_capture: already running when first seen and no time of its own
 -- column: last_seen_at: newest observation of this pod
 -- column: owner_kind: controller ownerReference
 -- column: owner_name: controller ownerReference
@@ -16,6 +26,9 @@
 -- column: pod_group: coscheduling label / Volcano annotation, or native schedulingGroup
 -- column: pod_group_system: coscheduling label / Volcano annotation, or native schedulingGroup
 -- column: native_workload: spec.workloadRef.name (scheduling.k8s.io v1alpha1, k8s 1.35)
+-- column: native_group: spec.workloadRef.podGroup and .podGroupReplicaKey (1.35): the gang is (Workload, podGroup,
+--   replica key), each replica its own gang
+-- column: native_replica_key: spec.workloadRef.podGroup and .podGroupReplicaKey (1.35)
 -- column: kueue_workload: annotation kueue.x-k8s.io/workload
 -- column: kueue_podset: Kueue pod labels
 -- column: local_queue: Kueue pod labels
@@ -24,16 +37,39 @@
 -- column: gpus: nvidia.com/gpu requested over all containers
 -- column: disruption_reason: reason of condition DisruptionTarget=True (e.g. PreemptionByScheduler)
 -- column: unscheduled_message: message of condition PodScheduled=False
+-- column: disruption_at: lastTransitionTime of condition DisruptionTarget=True
 WITH ev AS (
-    SELECT *, coalesce(uid, namespace || '/' || name) AS key
+    SELECT *, coalesce(uid, namespace || '/' || name) AS key,
+           coalesce(json_extract(object, '$.status.conditions[*]'), []::JSON[]) AS conds,
+           coalesce(json_extract(object, '$.status.containerStatuses[*]'), []::JSON[]) AS containers
     FROM staging.stg_k8s_events
     WHERE kind = 'Pod' AND event_type IN ('ADDED', 'MODIFIED', 'DELETED')
 ),
+times AS (
+    -- Per event: the times the object itself carries, and what state it shows.
+    SELECT cluster, key, observed_at,
+           (object->>'$.spec.nodeName') IS NOT NULL AS bound,
+           (object->>'$.status.phase') = 'Running' AS running,
+           coalesce(list_min([TRY_CAST(c->>'$.lastTransitionTime' AS TIMESTAMPTZ) FOR c IN conds
+                              IF (c->>'$.type') = 'PodScheduled' AND (c->>'$.status') = 'True']),
+                    TRY_CAST(object->>'$.status.startTime' AS TIMESTAMPTZ)) AS own_bound_at,
+           coalesce(list_min(flatten([[TRY_CAST(s->>'$.state.running.startedAt' AS TIMESTAMPTZ),
+                                       TRY_CAST(s->>'$.state.terminated.startedAt' AS TIMESTAMPTZ),
+                                       TRY_CAST(s->>'$.lastState.terminated.startedAt' AS TIMESTAMPTZ)]
+                                      FOR s IN containers])),
+                    list_min([TRY_CAST(c->>'$.lastTransitionTime' AS TIMESTAMPTZ) FOR c IN conds
+                              IF (c->>'$.type') = 'Ready' AND (c->>'$.status') = 'True'])) AS own_running_at
+    FROM ev
+),
 hist AS (
     SELECT cluster, key,
-           min(observed_at) FILTER (WHERE (object->>'$.status.phase') = 'Running') AS first_running_at,
-           max(observed_at) AS last_seen_at
-    FROM ev GROUP BY cluster, key
+           min(observed_at) AS first_seen_at,
+           max(observed_at) AS last_seen_at,
+           min(own_bound_at) AS own_bound_at,
+           min(observed_at) FILTER (WHERE bound) AS seen_bound_at,
+           min(own_running_at) AS own_running_at,
+           min(observed_at) FILTER (WHERE running) AS seen_running_at
+    FROM times GROUP BY cluster, key
 ),
 latest AS (
     SELECT * FROM ev
@@ -59,7 +95,9 @@ conds AS (
            max(c->>'$.reason') FILTER (WHERE (c->>'$.type') = 'DisruptionTarget' AND (c->>'$.status') = 'True')
                AS disruption_reason,
            max(c->>'$.message') FILTER (WHERE (c->>'$.type') = 'PodScheduled' AND (c->>'$.status') = 'False')
-               AS unscheduled_message
+               AS unscheduled_message,
+           min(TRY_CAST(c->>'$.lastTransitionTime' AS TIMESTAMPTZ))
+               FILTER (WHERE (c->>'$.type') = 'DisruptionTarget' AND (c->>'$.status') = 'True') AS disruption_at
     FROM latest l, unnest(coalesce(json_extract(l.object, '$.status.conditions[*]'), []::JSON[])) AS t(c)
     GROUP BY l.cluster, l.key
 )
@@ -72,7 +110,12 @@ SELECT
     l.object->>'$.status.phase' AS phase,
     l.event_type = 'DELETED' AS deleted,
     TRY_CAST(l.object->>'$.metadata.creationTimestamp' AS TIMESTAMPTZ) AS created_at,
-    h.first_running_at,
+    h.first_seen_at,
+    -- Bound no later than its containers started.
+    least(coalesce(h.own_bound_at, h.seen_bound_at), h.own_running_at) AS bound_at,
+    h.own_bound_at IS NULL AND h.own_running_at IS NULL AND h.seen_bound_at = h.first_seen_at AS bound_before_capture,
+    coalesce(h.own_running_at, h.seen_running_at) AS first_running_at,
+    h.own_running_at IS NULL AND h.seen_running_at = h.first_seen_at AS running_before_capture,
     h.last_seen_at,
     o.owner_kind,
     o.owner_name,
@@ -90,6 +133,8 @@ SELECT
         WHEN (l.object->>'$.spec.schedulingGroup.podGroupName') IS NOT NULL THEN 'native'
     END AS pod_group_system,
     l.object->>'$.spec.workloadRef.name' AS native_workload,
+    l.object->>'$.spec.workloadRef.podGroup' AS native_group,
+    l.object->>'$.spec.workloadRef.podGroupReplicaKey' AS native_replica_key,
     l.object->>'$.metadata.annotations."kueue.x-k8s.io/workload"' AS kueue_workload,
     l.object->>'$.metadata.labels."kueue.x-k8s.io/podset"' AS kueue_podset,
     coalesce(l.object->>'$.metadata.labels."kueue.x-k8s.io/local-queue-name"',
@@ -99,7 +144,8 @@ SELECT
         AS scheduling_gates,
     coalesce(g.gpus, 0) AS gpus,
     c.disruption_reason,
-    c.unscheduled_message
+    c.unscheduled_message,
+    c.disruption_at
 FROM latest l
 JOIN hist h USING (cluster, key)
 LEFT JOIN owners o USING (cluster, key)

@@ -1,16 +1,16 @@
 -- Scrape health: one row per scrape of a target (the `up`/duration/samples series Prometheus keeps),
 -- deduplicated (a record the publisher re-sent after a lost ack lands twice with different offsets).
--- A target that is down has up = false and its error; a scrape that returned but had broken
--- lines is up with an error naming the first broken line.
+-- A target that is down, or whose answer was not a whole, valid exposition (empty, over the size
+-- limit, another content type, a broken line), has up = false, no samples, and its error.
 -- column: cluster: cluster name
 -- column: scraped_at: when the scrape started
 -- column: target: scrape target (URL, or instance for replayed files)
 -- column: scrape_job: scrape job (dcgm, node, kueue, scheduler, ray, training, ...)
 -- column: instance: host:port of the target
--- column: up: the target answered with HTTP 200 and a body
+-- column: up: the target answered with HTTP 200 and a whole body that parsed
 -- column: duration_s: how long the scrape took (request and parse)
 -- column: samples: samples in the scrape
--- column: error: why the scrape failed, or the first broken exposition line; NULL when clean
+-- column: error: why the scrape failed (e.g. the first broken exposition line); NULL when up
 -- column: interval_s: seconds since this target's previous scrape (NULL for the first)
 WITH scrapes AS (
     SELECT *

@@ -12,6 +12,8 @@
 -- column: required_topology: topologyRequest (or the pod template annotation) of the first podSet that has one
 -- column: preferred_topology: topologyRequest (or the pod template annotation) of the first podSet that has one
 -- column: slice_topology: podSetSliceRequiredTopology
+-- column: pod_group: gang PodGroup its pod template names (coscheduling label, Volcano annotation, native
+--   schedulingGroup), so a PodGroup with no pods yet attaches to this Workload's job
 -- column: requeue_count: status.requeueState.count
 -- column: created_at: metadata.creationTimestamp
 -- column: last_seen_at: newest observation
@@ -40,7 +42,11 @@ podsets AS (
                AS preferred_topology,
            min(coalesce(p->>'$.topologyRequest.podSetSliceRequiredTopology',
                         p->>'$.template.metadata.annotations."kueue.x-k8s.io/podset-slice-required-topology"'))
-               AS slice_topology
+               AS slice_topology,
+           min(coalesce(p->>'$.template.metadata.labels."scheduling.x-k8s.io/pod-group"',
+                        p->>'$.template.metadata.annotations."scheduling.k8s.io/group-name"',
+                        p->>'$.template.metadata.annotations."scheduling.volcano.sh/group-name"',
+                        p->>'$.template.spec.schedulingGroup.podGroupName')) AS pod_group
     FROM latest l, unnest(coalesce(json_extract(l.object, '$.spec.podSets[*]'), []::JSON[])) AS t(p)
     GROUP BY ALL
 )
@@ -49,7 +55,7 @@ SELECT
     o.owner_kind, o.owner_name,
     l.object->>'$.spec.queueName' AS queue_name,
     l.object->>'$.status.admission.clusterQueue' AS cluster_queue,
-    p.pod_count, p.required_topology, p.preferred_topology, p.slice_topology,
+    p.pod_count, p.required_topology, p.preferred_topology, p.slice_topology, p.pod_group,
     coalesce(TRY_CAST(l.object->>'$.status.requeueState.count' AS INTEGER), 0) AS requeue_count,
     TRY_CAST(l.object->>'$.metadata.creationTimestamp' AS TIMESTAMPTZ) AS created_at,
     l.last_seen_at,

@@ -54,3 +54,8 @@ def test_binding_deployment_and_config_fit_together(tmp_path):
     s = config.load(f, environ={})  # the shipped settings are valid
     assert s.collectors == ["k8s", "metrics"] and str(s.data) == "/data"
     assert s.server.listen.endswith(str(c["ports"][0]["containerPort"]))
+    # The Service (remote write, /metrics) reaches that port of exactly these pods.
+    svc = m[("Service", "gangscope")]
+    assert svc["metadata"]["namespace"] == ns
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert [p["targetPort"] for p in svc["spec"]["ports"]] == [c["ports"][0]["name"]]

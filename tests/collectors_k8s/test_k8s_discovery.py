@@ -24,6 +24,23 @@ def test_prefers_newest_served_versions(api, reference):
     assert chosen["events"].api_version == "v1"
 
 
+def test_kubernetes_1_37_native_versions_and_composite_pod_groups(api):
+    """A 1.37 server serves Workload/PodGroup as v1beta1 and v1alpha3, CompositePodGroup as v1alpha3 only."""
+    for v in ("v1beta1", "v1alpha3"):
+        api.serve("scheduling.k8s.io", v, "workloads", "Workload")
+        api.serve("scheduling.k8s.io", v, "podgroups", "PodGroup")
+    chosen = resolve(list(SLOTS), served_resources(Client(api.url)))
+    assert chosen["compositepodgroups.scheduling.k8s.io"] is None  # gate CompositePodGroup off: not discovered
+    api.serve("scheduling.k8s.io", "v1alpha3", "compositepodgroups", "CompositePodGroup")
+    chosen = resolve(list(SLOTS), served_resources(Client(api.url)))
+    assert chosen["workloads.scheduling.k8s.io"].api_version == "scheduling.k8s.io/v1beta1"
+    assert chosen["podgroups.scheduling.k8s.io"].api_version == "scheduling.k8s.io/v1beta1"
+    cpg = chosen["compositepodgroups.scheduling.k8s.io"]
+    assert (cpg.api_version, cpg.kind) == ("scheduling.k8s.io/v1alpha3", "CompositePodGroup")
+    assert cpg.path("ml-team") == "/apis/scheduling.k8s.io/v1alpha3/namespaces/ml-team/compositepodgroups"
+    assert [s.name for s in selected_slots(["CompositePodGroup"])] == ["compositepodgroups.scheduling.k8s.io"]
+
+
 def test_unserved_kinds_resolve_to_none_and_old_kueue_falls_back(api, reference):
     objects.populate(api, reference, kueue_versions=("v1beta1",), native=False)
     chosen = resolve(list(SLOTS), served_resources(Client(api.url)))

@@ -72,6 +72,7 @@ def test_replay_publishes_in_order_without_landing(settings, tmp_path, reference
     assert wl["observed_at"] == "2026-03-01T10:00:03.000Z"
 
 
+@pytest.mark.both_brokers
 def test_replay_lands_k8s_and_metrics_in_the_lake(settings, tmp_path, reference):
     stats = replay(settings, [str(k8s_file(tmp_path, reference))], [str(metrics_file(tmp_path))], progress=None)
     assert stats.landed and stats.k8s_events == 5 and stats.metric_batches == 4 and stats.metric_samples == 4

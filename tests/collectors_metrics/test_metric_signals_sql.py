@@ -134,6 +134,12 @@ def test_case_insensitive_keys_pods_throughput_kueue_ray_nvlink_links(lk: Lake) 
                v, **kw)
     lk.add(0, "my_rate", {"Pod": "llm-2", "Namespace": "team"}, 5, **kw)  # configured name, keys in any case
     lk.add(0, "kueue_pending_workloads", {"cluster_queue": "cq-a", "status": "inadmissible"}, 3, job="kueue")
+    # Kueue HA (replica_role since v0.16): the follower's copy of a gauge must not double queue depth.
+    for role, v, inst in (("leader", 5, "10.3.0.1:8443"), ("follower", 5, "10.3.0.2:8443")):
+        lk.add(0, "kueue_pending_workloads", {"cluster_queue": "cq-b", "status": "active", "replica_role": role}, v,
+               job="kueue", instance=inst)
+    lk.add(0, "kueue_pending_workloads", {"cluster_queue": "cq-c", "status": "active", "replica_role": "standalone"},
+           2, job="kueue")
     lk.add(0, "ray_placement_groups", {"State": "PENDING"}, 2, job="ray")
     lk.add(0, "ray_placement_groups", {"State": "CREATED"}, 9, job="ray")
     rows = lk.signals()
@@ -149,8 +155,11 @@ def test_case_insensitive_keys_pods_throughput_kueue_ray_nvlink_links(lk: Lake) 
         == [("w-0", "team", "bert", None), ("w-0", "team", "bert", 20.0)]  # exported_* pod, counter as a rate
     (mine,) = _pick(thr, metric="my_rate")
     assert (mine["pod"], mine["namespace"], mine["value"]) == ("llm-2", "team", 5)
-    (kq,) = _pick(rows, signal="kueue_pending")
-    assert (kq["device"], kq["value"], kq["node"]) == ("cq-a", 3, None)
+    kq = {r["device"]: r for r in _pick(rows, signal="kueue_pending")}
+    assert len(_pick(rows, signal="kueue_pending")) == 3  # cq-a, cq-b (leader only), cq-c (standalone)
+    assert (kq["cq-a"]["value"], kq["cq-a"]["node"]) == (3, None)
+    assert (kq["cq-b"]["value"], kq["cq-c"]["value"]) == (5, 2)
+    assert sum(r["value"] for r in _pick(rows, signal="kueue_pending")) == 10
     (pg,) = _pick(rows, signal="ray_pg_pending")
     assert pg["value"] == 2
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from gangscope.app import cli, config
+from gangscope import config
+from gangscope.app import cli
 from pipeline import consume, lake, models
 from pipeline.signals import sql_variables
 from tests.collectors_metrics.httpserve import Route

@@ -131,3 +131,54 @@ def test_parse_many_and_batch() -> None:
     assert len(b.series_metric) == len(b.sample_value) == 200 and b.sample_ts_ms[0] is None
     assert b.series_labels[0]["Hostname"] == "n0" and b.series_labels[0]["node"] == "n0"  # exporter's label wins
     assert b.error is None and b.up
+
+
+# OpenMetrics cases in the manner of prometheus_client's and the OpenMetrics conformance suite's: the reference is
+# prometheus_client.openmetrics.parser (the strict parser), sample for sample; _created is dropped by design.
+OM_VALID = [
+    "# TYPE a counter\n# HELP a help\na_total 1\n# EOF\n",
+    '# TYPE a counter\na_total{foo="bar"} 1 123.456\na_created{foo="bar"} 12 123.456\n# EOF\n',
+    '# TYPE a gauge\na{a="\\\\\\n\\""} 1\n# EOF\n',
+    '# TYPE a histogram\na_bucket{le="1.0"} 0 # {a="b"} 0.5\na_bucket{le="+Inf"} 3 # {a="c"} 4 123\n'
+    "a_count 3\na_sum 2\n# EOF\n",
+    '# TYPE a stateset\na{a="bar"} 0\na{a="foo"} 1.0\n# EOF\n',
+    '# TYPE a info\na_info{foo="bar"} 1\n# EOF\n',
+    '# TYPE a gaugehistogram\na_bucket{le="1.0"} 0\na_bucket{le="+Inf"} 3\na_gcount 3\na_gsum 2\n# EOF\n',
+    "# TYPE a unknown\na NaN\nb +Inf\nc -Inf\n# EOF\n",
+    "# TYPE a_seconds gauge\n# UNIT a_seconds seconds\na_seconds 1\n# EOF\n",
+    "a{} 1\n# EOF\n",
+    '# TYPE a summary\na_count 1\na_sum 2\na{quantile="0.5"} 0.7\n# EOF\n',
+    "a 1 -1.5\n# EOF\n",
+    "# TYPE a counter\na_total 1 1\na_total 2 2\n# EOF\n",
+    '# TYPE a counter\na_total{x="# {"} 1 # {t="a # {b}"} 1 5\n# EOF\n',
+]
+OM_INVALID = [
+    "a 1\n", "a 1\n# EOF\nb 1\n", "a  1\n# EOF\n", "a 1 1 1\n# EOF\n", "# TYPE a untyped\na 1\n# EOF\n",
+    "a 1_000\n# EOF\n", '# TYPE a gauge\na 1 # {a="b"} 1\n# EOF\n', 'a{a="1",} 1\n# EOF\n', "a{a=1} 1\n# EOF\n",
+    "# TYPE a counter\na 1\n# EOF\n", "a 1 z\n# EOF\n", 'a{a="b"}1\n# EOF\n', "a 1\n#EOF\n", "a 1 \n# EOF\n",
+    "a 0x1\n# EOF\n", "a 1\n# EOF\n\n", "a 1\n\n# EOF\n", "# TYPE a gauge\n# UNIT a seconds\na 1\n# EOF\n",
+]
+
+
+@pytest.mark.parametrize("text", OM_VALID)
+def test_openmetrics_valid_cases_match_the_reference_parser(text: str) -> None:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+
+    ref = sorted((s.name, tuple(sorted(s.labels.items())), float(s.value),
+                  None if s.timestamp is None else round(float(s.timestamp) * 1000))
+                 for f in om(text) for s in f.samples if not s.name.endswith("_created"))
+    p = parse_text(text, fmt="openmetrics")
+    assert not p.errors
+    ours = sorted((m, tuple(sorted(lb.items())), v, ts)
+                  for m, lb, v, ts in zip(p.metric, p.labels, p.value, p.ts_ms, strict=True))
+    assert [(a, b, repr(v), t) for a, b, v, t in ours] == [(a, b, repr(v), t) for a, b, v, t in ref]  # nan == nan
+
+
+@pytest.mark.parametrize("text", OM_INVALID)
+def test_openmetrics_invalid_cases_are_errors_with_their_line(text: str) -> None:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+
+    with pytest.raises(ValueError):
+        list(om(text))
+    p = parse_text(text, fmt="openmetrics")
+    assert p.errors and all(1 <= line <= text.count("\n") + 1 for line, _ in p.errors)

@@ -80,8 +80,9 @@ def test_missing_timestamp_names_file_and_line(tmp_path: Path) -> None:
 def test_other_replay_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = tmp_path / "noid.prom"
     p.write_text(f"up 1 {T0}\n")
-    with pytest.raises(UserError, match=rf"{p}:1: .*no job label"):
-        list(read_metrics_file(p, "c1"))
+    # A raw dump without job/instance is named after its file (documented default).
+    (b,) = read_metrics_file(p, "c1")
+    assert (b.job, b.instance, b.target, b.series_labels) == ("noid", "noid", "noid", [{}])
     # --job/--instance name the target when labels do not.
     (b,) = read_metrics_file(p, "c1", job="ray", instance="head:8080")
     assert (b.job, b.instance, b.series_labels) == ("ray", "head:8080", [{}])

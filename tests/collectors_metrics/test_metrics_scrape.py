@@ -61,8 +61,9 @@ def test_scrapes_real_and_synthetic_exporters(tmp_path: Path) -> None:
     assert len(ha.sample_value) == len(hb.sample_value) == 200
     assert hb.series_labels[0]["hostname"] == "gpu-b"
     assert all(t is None for t in ha.sample_ts_ms) and ha.scraped_at_ms > 1.6e12
-    # Prometheus text, never OpenMetrics (the strict parser rejects these exporters).
-    assert all("text/plain" in h.get("Accept", "") for _, h in seen)
+    # Negotiated like Prometheus: OpenMetrics preferred, text 0.0.4 as the fallback these exporters answer with.
+    assert all(h["Accept"].startswith("application/openmetrics-text;version=1.0.0,") and
+               "text/plain;version=0.0.4;q=0.5" in h["Accept"] for _, h in seen)
 
 
 def test_slow_target_times_out_without_delaying_others(tmp_path: Path) -> None:
@@ -81,7 +82,7 @@ def test_slow_target_times_out_without_delaying_others(tmp_path: Path) -> None:
     assert max(b.duration_s for b in fast) < slow.duration_s
 
 
-def test_broken_line_is_reported_and_skipped_others_kept(tmp_path: Path) -> None:
+def test_broken_line_fails_the_whole_scrape(tmp_path: Path) -> None:
     lines = h100_scrape("gpu-x", gpus=1).splitlines()
     lines.insert(7, 'DCGM_FI_DEV_GPU_TEMP{gpu="0" 31')
     routes = {"/m": Route("\n".join(lines) + "\n"), "/err": Route("oops", status=500)}
@@ -90,7 +91,8 @@ def test_broken_line_is_reported_and_skipped_others_kept(tmp_path: Path) -> None
                              Target(url=f"{base}/err", job="dcgm", interval_s=15, timeout_s=2),
                              Target(url="http://127.0.0.1:1/metrics", job="dcgm", interval_s=15, timeout_s=2)])
     ok, err, refused = batches
-    assert ok.up and ok.error.startswith("line 8: ") and len(ok.sample_value) == 25
+    # Like Prometheus: one broken line and nothing of the scrape is recorded as a success.
+    assert not ok.up and ok.error.startswith("parse error (text): line 8: ") and ok.sample_value == []
     assert not err.up and "HTTP 500" in err.error
     assert not refused.up and refused.error
 
@@ -245,7 +247,8 @@ def test_worker_pool_builds_the_same_records() -> None:
         a, b = json.loads(got.to_bytes()), json.loads(ref.to_bytes())
         a.pop("duration_s"), b.pop("duration_s"), a.pop("scraped_at"), b.pop("scraped_at"), a.pop("dt"), b.pop("dt")
         assert a == b and got.error == ref.error
-    assert by_url[f"{base}/b"].error.startswith("line 1: ")
+    bad = by_url[f"{base}/b"]
+    assert not bad.up and bad.samples == 0 and bad.error.startswith("parse error (text): line 1: ")
 
 
 def test_serve_with_parse_workers(tmp_path: Path) -> None:

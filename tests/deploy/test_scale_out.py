@@ -26,7 +26,7 @@ from pipeline import lake
 pytest.importorskip("pipeline.consume", reason="the consume loop (pipeline/consume.py, issue #2) has not landed")
 
 ROOT = Path(__file__).resolve().parents[2]
-N_FIRST, N_SECOND = 3000, 3000
+N_AFTER_KILL = 3000
 
 
 def _event(i: int) -> K8sEvent:
@@ -70,6 +70,7 @@ def _wait(cond, timeout_s: float, what: str, logs: list[Path]) -> None:
     pytest.fail(f"timed out waiting for {what}\n{tails}")
 
 
+@pytest.mark.both_brokers
 def test_two_writers_kill9_exactly_once(settings: config.Settings, pg_catalog: str, tmp_path: Path) -> None:
     settings.catalog = pg_catalog
     settings.pipeline.batch_records = 200  # many small commits: the kill lands between or inside one
@@ -95,27 +96,35 @@ def test_two_writers_kill9_exactly_once(settings: config.Settings, pg_catalog: s
     victim, survivor = _spawn(env, logs[0]), _spawn(env, logs[1])
     procs = [victim, survivor]
     try:
-        def publish(lo: int, hi: int) -> None:
+        sent = [0]
+        stop = threading.Event()
+
+        def stream() -> None:
+            """Publish until told to stop, so the kill always falls while records are still arriving."""
             with Publisher(settings, bootstrap) as pub:
-                for i in range(lo, hi):
-                    pub.publish(_event(i))
-                    if i % 250 == 249:
-                        pub.flush(30)
-                        time.sleep(0.2)  # a steady stream, so the kill falls mid-run
+                while not stop.is_set():
+                    for _ in range(250):
+                        pub.publish(_event(sent[0]))
+                        sent[0] += 1
+                    pub.flush(30)
+                    time.sleep(0.2)
                 assert pub.flush(60)
 
         topic = pkafka.topics(settings)["k8s"]
         _wait(lambda: all(_owns_k8s_partitions(p, topic) for p in logs), 60, "both writers to own partitions", logs)
-        first = threading.Thread(target=publish, args=(0, N_FIRST))
-        first.start()
+        streamer = threading.Thread(target=stream)
+        streamer.start()
         _wait(lambda: _count(settings) >= 600, 90, "the first records to land", logs)
         assert victim.poll() is None and survivor.poll() is None
-        assert _count(settings) < N_FIRST  # the kill falls mid-run, with the victim's share still arriving
         victim.send_signal(signal.SIGKILL)
         assert victim.wait(10) == -signal.SIGKILL
-        first.join(120)
-        publish(N_FIRST, N_FIRST + N_SECOND)  # the survivor must take over the victim's partitions
-        total = N_FIRST + N_SECOND
+        at_kill = sent[0]
+        # the survivor must take over the victim's partitions while the stream goes on
+        _wait(lambda: sent[0] >= at_kill + N_AFTER_KILL, 120, f"{N_AFTER_KILL} more records published", logs)
+        stop.set()
+        streamer.join(120)
+        assert not streamer.is_alive()
+        total = sent[0]
         _wait(lambda: _count(settings) >= total, 120, f"{total} records to land", logs)
         time.sleep(2 * settings.pipeline.flush_seconds + 1)  # a late duplicate would show up by now
         survivor.send_signal(signal.SIGTERM)

@@ -7,6 +7,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -48,8 +49,8 @@ def test_metrics_endpoint_exposes_every_metric(server: telemetry.Server) -> None
     telemetry.DEAD_LETTERS.labels(topic).inc(2)
     telemetry.CONSUMER_LAG.labels(topic, "3").set(11)
     telemetry.BATCH_SECONDS.observe(0.2)
-    telemetry.scrape_done(ScrapeBatch(cluster="c", target="u", job="dcgm", instance=topic, scraped_at_ms=0,
-                                      up=False, duration_s=0.05))
+    telemetry.scrape_done(ScrapeBatch(cluster="c", target="u", job=f"dcgm-{topic}", instance=topic, scraped_at_ms=0,
+                                      up=False, duration_s=0.05), "timeout")
     telemetry.WATCH_RECONNECTS.labels(topic).inc()
     telemetry.WATCH_RELISTS.labels(topic).inc(2)
     class Pub:
@@ -68,8 +69,12 @@ def test_metrics_endpoint_exposes_every_metric(server: telemetry.Server) -> None
     assert s[("gangscope_records_landed_total", (("topic", topic),))] == 5
     assert s[("gangscope_dead_letters_total", (("topic", topic),))] == 2
     assert s[("gangscope_consumer_lag", (("partition", "3"), ("topic", topic)))] == 11
-    assert s[("gangscope_scrape_up", (("instance", topic), ("job", "dcgm")))] == 0
-    assert s[("gangscope_scrape_duration_seconds", (("instance", topic), ("job", "dcgm")))] == 0.05
+    # Targets under scrape_job/scrape_instance: job/instance are Prometheus' own labels when it scrapes gangscope.
+    target = (("scrape_instance", topic), ("scrape_job", f"dcgm-{topic}"))
+    assert s[("gangscope_scrape_up", target)] == 0
+    assert s[("gangscope_scrape_duration_seconds", target)] == 0.05
+    assert s[("gangscope_scrape_failures_total", (("reason", "timeout"), ("scrape_job", f"dcgm-{topic}")))] == 1
+    assert not any(k[0].startswith("gangscope_scrape") and dict(k[1]).keys() & {"job", "instance"} for k in s)
     assert s[("gangscope_watch_reconnects_total", (("kind", topic),))] == 1
     assert s[("gangscope_watch_relists_total", (("kind", topic),))] == 2
     assert s[("gangscope_publisher_buffered_records", ())] == 100
@@ -264,5 +269,40 @@ def test_header_timeout_body_limit_and_a_mounted_route() -> None:
         with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
             s.sendall(b"GET /api/v1/write HTTP/1.1\r\n\r\n")
             assert s.recv(100).startswith(b"HTTP/1.1 405 ")
+    finally:
+        srv.stop()
+
+
+def test_a_route_with_its_own_body_limit_and_response_headers() -> None:
+    """The remote-write receiver takes bodies up to its own limit (above the server's general one), reads
+    headers in any case and answers with its own headers (Retry-After on 503)."""
+    import socket
+
+    srv = telemetry.start_http_server("127.0.0.1:0", limits=telemetry.Limits(max_body_bytes=10))
+    seen: list[tuple[int, str | None]] = []
+
+    def route(body: bytes, headers: Any) -> tuple[int, dict[str, str], bytes]:
+        seen.append((len(body), headers.get("Content-Encoding")))
+        return 503, {"Content-Type": "text/plain", "Retry-After": "7"}, b"busy\n"
+
+    srv.add_route("POST", "/api/v1/write", route, max_body_bytes=100)
+    srv.add_route("POST", "/other", route)
+
+    def post(path: str, n: int) -> bytes:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"POST %s HTTP/1.1\r\ncontent-encoding: snappy\r\nContent-Length: %d\r\n\r\n"
+                      % (path.encode(), n) + b"x" * n)
+            out = b""
+            while chunk := s.recv(4096):
+                out += chunk
+            return out
+
+    try:
+        answer = post("/api/v1/write", 50)
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"\r\nRetry-After: 7\r\n" in answer
+        assert answer.endswith(b"busy\n")
+        assert post("/api/v1/write", 101).startswith(b"HTTP/1.1 413 ")
+        assert post("/other", 50).startswith(b"HTTP/1.1 413 ")  # the general limit still holds elsewhere
+        assert seen == [(50, "snappy")]  # refused bodies never reach the route
     finally:
         srv.stop()

@@ -8,9 +8,14 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from gangscope import config
+from gangscope.transport import kafka as pkafka
 from pipeline import consume, lake
 from tests.pipeline.helpers import landed_counts, publish, start_pipeline
+
+pytestmark = pytest.mark.both_brokers  # Kafka behaviour: on the embedded broker and on Apache Kafka
 
 
 def test_restart_resumes_where_it_stopped_whatever_kafka_committed(settings: config.Settings) -> None:
@@ -59,6 +64,44 @@ def test_two_pipelines_in_one_group_split_partitions_and_land_each_record_once(s
     for out in outs:
         shares = [int(n) for n in re.findall(r"assigned (\d+) partition", out)]
         assert shares and min(shares) < 8, out[-2000:]
+
+
+def test_once_does_not_exit_while_another_member_holds_unlanded_partitions(settings: config.Settings) -> None:
+    """``--once`` holds for the group: a member that drained its own partitions keeps waiting while another
+    member (here a plain consumer of the same group that never lands) owns the rest; once that member
+    leaves, the pipeline takes its partitions over, lands them and exits."""
+    assert settings.kafka.bootstrap_servers
+    publish(settings, range(400), range(40))
+    lake.connect(settings).close()  # the lake exists before the first look
+    holder = pkafka.consumer(settings, settings.kafka.bootstrap_servers)
+    holder.subscribe(list(pkafka.topics(settings).values()))
+    proc = None
+    try:
+        deadline = time.monotonic() + 60
+        while not holder.assignment() and time.monotonic() < deadline:
+            holder.poll(200)
+        assert holder.assignment(), "the holder was never assigned partitions"
+        proc = start_pipeline(settings, "--once")
+        # Keep the holder in the group (it answers rebalances while polling) until the pipeline landed its
+        # share and then saw nothing new for well over idle_seconds.
+        quiet_since, last = None, -1
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            holder.poll(100)
+            n = sum(landed_counts(settings)[::2])
+            if n != last:
+                quiet_since, last = time.monotonic(), n
+            if n > 0 and time.monotonic() - quiet_since > 3 * settings.pipeline.idle_seconds:
+                break
+        assert proc.poll() is None, proc.communicate()[0].decode()[-2000:]  # still waiting for the group
+        k, _, m, _ = landed_counts(settings)
+        assert 0 < k < 400 or 0 < m < 160, (k, m)  # its own share landed, the holder's not
+        assert len(holder.assignment()) > 0
+    finally:
+        holder.close()  # leaves the group: the pipeline gets the holder's partitions
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out.decode()[-2000:]
+    assert landed_counts(settings) == (400, 400, 160, 160)
 
 
 def test_analyst_reads_while_the_pipeline_writes_and_sigterm_lands_the_batch(settings: config.Settings) -> None:

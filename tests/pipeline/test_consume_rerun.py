@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from gangscope import config
 from gangscope.transport.publish import Publisher
 from pipeline import consume, lake
 from tests.pipeline.helpers import landed_counts, pod_event, publish
+
+pytestmark = pytest.mark.both_brokers  # Kafka behaviour: on the embedded broker and on Apache Kafka
 
 
 def _run_until(settings: config.Settings, acked: dict[tuple[str, int], int]) -> consume.ConsumeStats:
@@ -62,7 +66,7 @@ def test_readers_get_a_clear_error_and_writers_a_complete_lake(offline_settings:
         con.close()
 
 
-def test_idempotent_producer_keeps_order_on_the_embedded_broker(settings: config.Settings) -> None:
+def test_idempotent_producer_keeps_order(settings: config.Settings) -> None:
     """The publisher's producer runs idempotent (a batch resent after a lost ack is not stored twice); the
     embedded broker accepts it, and one object's events land once each, in order."""
     import dataclasses

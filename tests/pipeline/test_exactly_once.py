@@ -6,12 +6,15 @@ import random
 import time
 
 import duckdb
+import pytest
 
 from gangscope import config
 from gangscope.transport.publish import Publisher
 from pipeline import lake
 from pipeline.land import stored_offsets
 from tests.pipeline.helpers import dcgm_scrape, pod_event, start_pipeline
+
+pytestmark = pytest.mark.both_brokers  # Kafka behaviour: on the embedded broker and on Apache Kafka
 
 N_EVENTS, N_SCRAPES = 300, 60  # 300 k8s rows + 240 samples, each with a unique key
 

@@ -51,6 +51,7 @@ def _settings_for(tmp_path, bootstrap: str) -> config.Settings:
         "bootstrap_servers": bootstrap, "topic_prefix": f"p{uuid.uuid4().hex[:6]}.", "partitions": 2}}, environ={})
 
 
+@pytest.mark.both_brokers
 def test_publish_delivers_both_kinds_with_keys_and_offsets(settings: config.Settings) -> None:
     bootstrap = settings.kafka.bootstrap_servers
     assert bootstrap

@@ -32,7 +32,8 @@ CREATE OR REPLACE TABLE intermediate.int_admission (cluster VARCHAR, namespace V
   admitted_at TIMESTAMPTZ, wait_s DOUBLE, blocked_by VARCHAR, reason VARCHAR, message VARCHAR);
 CREATE OR REPLACE TABLE intermediate.int_gang (cluster VARCHAR, namespace VARCHAR, job VARCHAR, pod_group VARCHAR,
   gang_system VARCHAR, gang_size INTEGER, assembly_started_at TIMESTAMPTZ, all_running_at TIMESTAMPTZ,
-  assembly_s DOUBLE, timeout_s DOUBLE, timed_out BOOLEAN, phase VARCHAR);
+  assembly_s DOUBLE, timeout_s DOUBLE, timed_out BOOLEAN, phase VARCHAR, assembled_at TIMESTAMPTZ,
+  start_up_s DOUBLE, assembled_before_capture BOOLEAN);
 CREATE OR REPLACE TABLE intermediate.int_placement (cluster VARCHAR, namespace VARCHAR, job VARCHAR, level VARCHAR,
   requested BOOLEAN, domains INTEGER, needed_domains INTEGER, misplaced BOOLEAN, domain_values VARCHAR[]);
 CREATE OR REPLACE TABLE intermediate.int_job_throughput (cluster VARCHAR, namespace VARCHAR, job VARCHAR,
@@ -96,9 +97,11 @@ def insert_jobs(con: duckdb.DuckDBPyConnection, jobs: list[tuple], base: datetim
                          "couldn't assign flavors to pod set workers: insufficient unused quota for nvidia.com/gpu"
                          if cause == "admission_quota" else None])
         if asm is not None:
-            con.execute("INSERT INTO intermediate.int_gang VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 300, ?, ?)",
+            con.execute("INSERT INTO intermediate.int_gang VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 300, ?, ?, ?, ?, false)",
                         [cluster, ns, job, f"{job}-pg", gs, gpus // 8, admitted or created, running, asm, tout,
-                         "Pending" if tout else "Running"])
+                         "Pending" if tout else "Running",
+                         None if tout or running is None else running - timedelta(seconds=95),
+                         None if tout or running is None else 95.0])
         if doms is not None:
             con.execute("INSERT INTO intermediate.int_placement VALUES (?, ?, ?, ?, true, ?, 1, ?, ?)",
                         [cluster, ns, job, level, doms, not comp, [f"rack-{i}" for i in range(doms)]])

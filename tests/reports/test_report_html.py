@@ -28,8 +28,10 @@ def test_report_names_every_flagged_job_and_class(report_lake, tmp_path):
         assert cause in text and cause in md
     for section in ("Jobs that need action", "Findings by class", "Layered check per flagged job",
                     "Queues: Kueue depth and admission wait", "Idle GPU-hours", "Nodes ranked by interconnect trouble",
-                    "Nodes missing topology labels"):
+                    "Nodes missing topology labels", "Gangs: assembly and start-up times"):
         assert section in text and section in md
+    gangs = md[md.index("Gangs: assembly and start-up times"):]
+    assert "start_up_s" in gangs and "assembled_before_capture" in gangs and "95" in gangs
     # The worst node comes first in the interconnect ranking.
     ranking = text[text.index("Nodes ranked by interconnect trouble"):]
     assert ranking.index("gpu-node-1") < ranking.index("gpu-node-0")

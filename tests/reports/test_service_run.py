@@ -97,17 +97,20 @@ def _wait_for(proc: subprocess.Popen, text: str, timeout_s: float = 60.0) -> lis
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.both_brokers
 def test_run_lands_every_scrape_and_stops_cleanly_on_sigterm(settings, tmp_path):
     exporter = Exporter()
     config = _config(settings, tmp_path, collectors=["metrics"],
-                     metrics={"targets": [{"url": exporter.url, "job": "dcgm", "interval_s": 0.5}]})
+                     metrics={"targets": [{"url": exporter.url, "job": "dcgm", "interval_s": 1.5}]})
     proc = _start(config)
     try:
         _wait_for(proc, "scheduler started")
-        deadline = time.monotonic() + 30
-        while exporter.served < 4 and time.monotonic() < deadline:
+        # 1.5 s interval and timeout: with 0.5 s a loaded machine let the exporter answer scrapes the
+        # scraper had already given up on (up=0), and the exact count below did not hold.
+        deadline = time.monotonic() + 60
+        while exporter.served < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert exporter.served >= 4
+        assert exporter.served >= 3
         err = _stop(proc, signal.SIGTERM, 120)
     finally:
         if proc.poll() is None:

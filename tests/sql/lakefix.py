@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -138,3 +140,50 @@ def dcgm(raw: Raw, minutes: float, node_name: str, gpu: int, metric: str, value:
     if pod_ref:
         labels.update({"namespace": pod_ref[0], "pod": pod_ref[1], "container": "trainer"})
     raw.sample(minutes, metric, labels, value)
+
+
+def pod_status(p: dict, created: float, bound: float | None = None, started: float | None = None,
+               unschedulable: tuple[float, str] | None = None) -> dict:
+    """Give a pod() its own history the way the API returns it: creationTimestamp, PodScheduled, startTime,
+    Ready / ContainersReady and containerStatuses (waiting while the image pulls, then running)."""
+    p["metadata"]["creationTimestamp"] = iso(created)
+    st: dict[str, Any] = {"phase": "Pending", "qosClass": "Burstable"}
+    conds: list[dict] = []
+    if unschedulable is not None:
+        at, msg = unschedulable
+        conds.append({"type": "PodScheduled", "status": "False", "lastProbeTime": None, "lastTransitionTime": iso(at),
+                      "reason": "Unschedulable", "message": msg})
+    if bound is not None:
+        conds += [{"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": iso(bound)},
+                  {"type": "Initialized", "status": "True", "lastProbeTime": None,
+                   "lastTransitionTime": iso(bound + 1 / 60)}]
+        st["startTime"] = iso(bound + 1 / 60)
+        container: dict[str, Any] = {"name": "trainer", "image": "nvcr.io/nvidia/pytorch:25.08-py3", "imageID": "",
+                                     "ready": False, "restartCount": 0, "started": False,
+                                     "state": {"waiting": {"reason": "ContainerCreating"}}}
+        if started is not None:
+            st["phase"] = "Running"
+            container.update(ready=True, started=True, state={"running": {"startedAt": iso(started)}},
+                             containerID="containerd://3f1c2a")
+            conds += [{"type": "PodReadyToStartContainers", "status": "True", "lastProbeTime": None,
+                       "lastTransitionTime": iso(started - 2 / 60)},
+                      {"type": "ContainersReady", "status": "True", "lastProbeTime": None,
+                       "lastTransitionTime": iso(started)},
+                      {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": iso(started)}]
+        st["containerStatuses"] = [container]
+    st["conditions"] = conds
+    p["status"] = st
+    return p
+
+
+def build_lake(data: Path, fill: Callable[[Raw], None]) -> tuple[Any, duckdb.DuckDBPyConnection, Any]:
+    """A fresh lake under ``data`` holding what ``fill`` writes, with the models built: (settings, con, stats)."""
+    from gangscope import config
+    from pipeline import lake, models
+
+    settings = config.load(overrides={"data": str(data)}, environ={})
+    con = lake.connect(settings)
+    raw = Raw()
+    fill(raw)
+    raw.write(con)
+    return settings, con, models.build(settings, con)

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline import lake, models
+from pipeline import models
 from reports import diagnose
-from tests.sql.lakefix import Raw, cond, dcgm, failed_scheduling, iso, node, pod, topology, workload
+from tests.sql.lakefix import Raw, build_lake, cond, dcgm, failed_scheduling, iso, node, pod, topology, workload
 
 NS = "ml"
 END = 40.0  # minutes of data
@@ -148,14 +148,7 @@ def _build_cluster(raw: Raw) -> None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
-    from gangscope import config
-
-    settings = config.load(overrides={"data": str(tmp_path_factory.mktemp("cls") / "data")}, environ={})
-    con = lake.connect(settings)
-    raw = Raw()
-    _build_cluster(raw)
-    raw.write(con)
-    stats = models.build(settings, con)
+    settings, con, stats = build_lake(tmp_path_factory.mktemp("cls") / "data", _build_cluster)
     yield settings, con, stats
     con.close()
 
