@@ -50,13 +50,15 @@ def _inputs(settings: Settings, k8s_files: list[str], metrics_files: list[str], 
             instance: str | None) -> list[Iterator[Record]]:
     from collectors.k8s.jsonl import read_events
 
-    its: list[Iterator[Record]] = [read_events(f, settings.cluster) for f in k8s_files]
+    its: list[Iterator[Record]] = [read_events(f, settings.cluster, settings.clock_skew_s,
+                                               settings.kafka.max_record_bytes) for f in k8s_files]
     if metrics_files:
         try:
             from collectors.metrics.replayfile import read_metrics_file
         except ImportError:
             raise UserError("replaying --metrics files is not built yet (issue #4)") from None
-        its += [read_metrics_file(f, settings.cluster, job=job, instance=instance) for f in metrics_files]
+        its += [read_metrics_file(f, settings.cluster, job=job, instance=instance, skew_s=settings.clock_skew_s)
+                for f in metrics_files]
     return its
 
 
@@ -96,6 +98,10 @@ def publish(settings: Settings, bootstrap: str, k8s_files: list[str], metrics_fi
     for it in _inputs(settings, k8s_files, [], job, instance):
         for _ in it:
             pass
+    # main's admin() names the broker and fails within 15 s when nothing answers (no second reachability check).
+    from gangscope.transport.kafka import ensure_topics
+
+    ensure_topics(settings, bootstrap)
     return publish_records(settings, bootstrap, merged(settings, k8s_files, metrics_files, job, instance),
                            progress, interval_s)
 

@@ -31,6 +31,10 @@ class KafkaSettings:
     topic_prefix: str = "gangscope."
     partitions: int = 4
     compression: str = "zstd"  # by measurement: docs/records.md, bench/codecs.py
+    # Largest record (encoded, before compression) a collector sends; a bigger one goes to the dead letter
+    # with its reason instead of being retried against the broker's limit. Keep it at or below the broker's
+    # message.max.bytes when compression is off.
+    max_record_bytes: int = 16 << 20
     # Passed through to kafka-python (security_protocol, sasl_mechanism, sasl_plain_username,
     # sasl_plain_password, ssl_cafile, ssl_certfile, ssl_keyfile, ...). Never logged.
     security: dict[str, Any] = field(default_factory=dict)
@@ -77,6 +81,7 @@ class RemoteWriteSettings:
 
     ack_timeout_s: float = 20.0  # answer 503 (Prometheus retries) when Kafka has not acknowledged by then
     max_buffered_records: int = 50_000  # records waiting for Kafka above which new requests get 503 at once
+    max_body_bytes: int = 32 << 20  # a larger (snappy-compressed) request is answered 413
 
 
 @dataclass
@@ -173,6 +178,8 @@ class Settings:
     clock: ClockSettings = field(default_factory=ClockSettings)
     findings: FindingsSettings = field(default_factory=FindingsSettings)
     collectors: list[str] = field(default_factory=list)  # for `run`: k8s, metrics, remote_write
+    # Time sanity (gangscope/timesanity.py): how far in the future of its receipt an input time may be.
+    clock_skew_s: float = 600.0
 
     @property
     def catalog_url(self) -> str:
@@ -301,9 +308,15 @@ def load(
     if config_file:
         path = Path(config_file)
         try:
-            loaded = yaml.safe_load(path.read_text()) or {}
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
+        except IsADirectoryError:
+            raise ConfigError(f"config file {path} is a directory; name a YAML file") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+        except OSError as e:
+            raise ConfigError(f"config file {path}: cannot read: {e.strerror}") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
         if not isinstance(loaded, dict):
@@ -335,6 +348,12 @@ def _validate(s: Settings) -> None:
         raise ConfigError("kafka.partitions: must be at least 1")
     if s.kafka.compression not in ("gzip", "none", "lz4", "zstd", "snappy"):
         raise ConfigError(f"kafka.compression: unknown codec {s.kafka.compression!r}")
+    if s.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ConfigError(f"log.level: expected DEBUG, INFO, WARNING, ERROR or CRITICAL, got {s.log.level!r}")
+    if s.data.exists() and not s.data.is_dir():
+        raise ConfigError(f"data: {s.data} is a file; --data names the directory that holds the lake")
+    if s.clock_skew_s <= 0:
+        raise ConfigError(f"clock_skew_s: must be positive, got {s.clock_skew_s!r}")
     if s.log.format not in ("text", "json"):
         raise ConfigError(f"log.format: expected text or json, got {s.log.format!r}")
     if s.memory_limit and not re.fullmatch(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", s.memory_limit, re.I):

@@ -4,26 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from datetime import UTC, datetime
 
-# key=value / "key": "value" pairs whose value must never reach a log.
-_SECRET = re.compile(
-    r"(?i)((?:password|passwd|token|secret|sasl_plain_password|authorization|bearer)[\"']?\s*[:=]\s*[\"']?)"
-    r"([^\s\"',}]+)"
-)
-
-
-# user:password@ in URLs (postgres://gs:pw@host/db) and "Bearer <token>" (deploy issue #8).
-_URL_PASSWORD = re.compile(r"(?i)([a-z][a-z0-9+.-]*://[^:/@\s]*:)([^@\s]+)(@)")
-_BEARER = re.compile(r"(?i)(bearer\s+)([^\s\"',}]+)")
+from gangscope.secrets import redact
 
 
 def scrub(text: str) -> str:
-    text = _URL_PASSWORD.sub(r"\1***\3", text)
-    text = _BEARER.sub(r"\1***", text)
-    return _SECRET.sub(r"\1***", text)
+    """Credentials out of a log line (gangscope/secrets.py)."""
+    return redact(text)
 
 
 class _Text(logging.Formatter):
@@ -54,3 +43,13 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # kafka-python's "task ran for 0.3s" event-loop notices: about our own CPU load, not the broker.
     logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
+    # ... and its "Metadata refresh: failed Cancelled" ERROR when a client closes while a refresh is pending:
+    # every replay ended with it though nothing was wrong.
+    cluster = logging.getLogger("kafka.cluster")
+    if not any(isinstance(f, _ClosingNoise) for f in cluster.filters):
+        cluster.addFilter(_ClosingNoise())
+
+
+class _ClosingNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Cancelled" not in record.getMessage()

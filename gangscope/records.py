@@ -75,6 +75,7 @@ class K8sEvent:
     api_version: str | None = None
     kind: str | None = None
     resource_version: str | None = None
+    rejected: str | None = None  # why the edge refused it (time sanity): it lands as a dead letter
 
     def key(self) -> bytes:
         if self.object is not None:
@@ -97,6 +98,8 @@ class K8sEvent:
             rec["api_version"] = self.api_version
             rec["resource_kind"] = self.kind
             rec["resource_version"] = self.resource_version
+        if self.rejected:
+            rec["rejected"] = self.rejected
         return json.dumps(rec, separators=(",", ":")).encode()
 
 
@@ -123,6 +126,7 @@ class ScrapeBatch:
     sample_series: list[int] = field(default_factory=list)
     sample_ts_ms: list[int | None] = field(default_factory=list)
     sample_value: list[float] = field(default_factory=list)
+    rejected: str | None = None  # why the edge refused these samples (time sanity): they land as a dead letter
 
     def add_series(self, metric: str, labels: dict[str, str]) -> int:
         self.series_metric.append(metric)
@@ -259,6 +263,8 @@ def encode_scrape(b: ScrapeBatch) -> bytes:
         "ni": ni,
         "nv": nv,
     }
+    if b.rejected:
+        rec["rejected"] = b.rejected
     return json.dumps(rec, separators=(",", ":"), allow_nan=False).encode()
 
 

@@ -11,14 +11,16 @@ answers 503 when any registered component has not beaten within its ``max_age_s`
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
+import dataclasses
 import json
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -70,6 +72,10 @@ WATCH_RECONNECTS = Counter(
 WATCH_RELISTS = Counter(
     "gangscope_watch_relists_total", "Full re-lists of a kind (410 Gone / expired resourceVersion).", ["kind"],
     registry=REGISTRY,
+)
+REJECTED_AT_EDGE = Counter(
+    "gangscope_rejected_at_edge_total", "Records a collector sent to the dead letter with a reason (time sanity, "
+    "larger than kafka.max_record_bytes, nested too deep).", ["topic"], registry=REGISTRY,
 )
 PUBLISHER_BUFFERED = Gauge(  # one publisher per process (gangscope/transport/publish.py), so no label
     "gangscope_publisher_buffered_records", "Records waiting in the publisher for Kafka to accept them.",
@@ -253,93 +259,198 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-# A POST route mounted by a stage (the remote-write receiver): (body, request headers) -> (status, headers, body).
-PostRoute = Callable[[bytes, Any], tuple[int, dict[str, str], bytes]]
-MAX_POST_BYTES = 32 << 20
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Bounds of the HTTP server: a request must send its headers and body in time and within size, and at
+    most ``max_connections`` are open (a new one evicts the oldest still sending its headers, so idle or slow
+    clients cannot lock out ``/healthz``)."""
+
+    header_timeout_s: float = 5.0
+    body_timeout_s: float = 10.0
+    max_header_bytes: int = 16 << 10
+    max_body_bytes: int = 8 << 20
+    max_connections: int = 256
 
 
-class _Handler(BaseHTTPRequestHandler):
-    registry: CollectorRegistry = REGISTRY
-    post_routes: dict[str, PostRoute] = {}  # replaced per server by start_http_server
+# A route: (request body, headers) -> (status, content type or response headers, body). Runs in a worker
+# thread. Header names are looked up case-insensitively (the remote-write receiver asks for "Content-Type").
+Route = Callable[[bytes, Any], tuple[int, "str | dict[str, str]", bytes]]
+_REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            408: "Request Timeout", 411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
+            429: "Too Many Requests", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
+            503: "Service Unavailable"}
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
-        route = self.post_routes.get(self.path.split("?", 1)[0])
-        if route is None:
-            self._send(404, "text/plain; charset=utf-8", b"not found\n")
-            return
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            self._send(411, "text/plain; charset=utf-8", b"Content-Length required\n")
-            return
-        if int(length) > MAX_POST_BYTES:
-            self._send(413, "text/plain; charset=utf-8", f"body over {MAX_POST_BYTES} bytes\n".encode())
-            return
-        code, headers, body = route(self.rfile.read(int(length)), self.headers)
-        self.send_response(code)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server API
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._send(200, CONTENT_TYPE_LATEST, generate_latest(self.registry))
-        elif path == "/healthz":
-            ok, body = health()
-            self._send(200 if ok else 503, "application/json", json.dumps(body).encode())
-        else:
-            self._send(404, "text/plain; charset=utf-8", b"not found: try /metrics or /healthz\n")
+class _Headers(dict[str, str]):
+    """Request headers keyed by lower-cased name; ``get`` and ``[]`` take any case."""
 
-    def _send(self, code: int, ctype: str, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(key.lower(), default)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - scrapes are not news
-        pass
+    def __getitem__(self, key: str) -> str:
+        return super().__getitem__(key.lower())
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and super().__contains__(key.lower())
 
 
 class Server:
-    """A running telemetry endpoint; call it (or ``.stop()``) to shut it down."""
+    """A running telemetry endpoint (asyncio, one thread); call it (or ``.stop()``) to shut it down.
 
-    def __init__(self, httpd: ThreadingHTTPServer, thread: threading.Thread) -> None:
-        self._httpd, self._thread = httpd, thread
-        self.host, self.port = httpd.server_address[:2]
+    ``add_route(method, path, fn)`` mounts another route under the same limits (e.g. a POST receiver).
+    """
+
+    def __init__(self, host: str, port: int, registry: CollectorRegistry, limits: Limits) -> None:
+        self.limits = limits
+        self._max_body: dict[tuple[str, str], int] = {}
+        self.routes: dict[tuple[str, str], Route] = {
+            ("GET", "/metrics"): lambda body, headers: (200, CONTENT_TYPE_LATEST, generate_latest(registry)),
+            ("GET", "/healthz"): _healthz,
+        }
+        self._loop = asyncio.new_event_loop()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gangscope-http")
+        self._reading: collections.OrderedDict[asyncio.Task[None], None] = collections.OrderedDict()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._open = 0
+        self._evicting = 0
+        self.evicted = 0
+        started = threading.Event()
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            try:
+                self._srv = self._loop.run_until_complete(asyncio.start_server(
+                    self._serve, host, port, limit=limits.max_header_bytes, reuse_address=True))
+            except BaseException as e:  # noqa: BLE001 - reported to the starting thread
+                failed.append(e)
+                started.set()
+                return
+            started.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="gangscope-telemetry", daemon=True)
+        self._thread.start()
+        started.wait()
+        if failed:
+            raise failed[0]
+        self.host, self.port = self._srv.sockets[0].getsockname()[:2]
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in str(self.host) else self.host
         return f"http://{host}:{self.port}"
 
+    def add_route(self, method: str, path: str, route: Route, max_body_bytes: int | None = None) -> None:
+        """Mount ``route``; ``max_body_bytes`` overrides ``limits.max_body_bytes`` for it (a remote-write
+        receiver takes bodies up to its own configured limit)."""
+        self.routes[(method.upper(), path)] = route
+        if max_body_bytes is not None:
+            self._max_body[(method.upper(), path)] = max_body_bytes
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self._open += 1
+        while self._open - self._evicting > self.limits.max_connections and self._reading:
+            oldest = next(iter(self._reading))
+            self._reading.pop(oldest)
+            oldest.cancel()  # it answers 503 and closes on its next turn
+            self._evicting += 1
+            self.evicted += 1
+        self._reading[task] = None
+        try:
+            status, head_fields, body = await self._request(reader)
+        except asyncio.CancelledError:
+            self._evicting -= 1
+            status, head_fields, body = 503, "text/plain", b"too many connections\n"
+        finally:
+            self._reading.pop(task, None)
+        try:
+            fields = {"Content-Type": head_fields} if isinstance(head_fields, str) else dict(head_fields)
+            fields = {k: v for k, v in fields.items() if k.lower() not in ("content-length", "connection")}
+            head = (f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
+                    + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+                    + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+            writer.write(head + body)
+            await asyncio.wait_for(writer.drain(), self.limits.body_timeout_s)
+        except (OSError, TimeoutError, asyncio.CancelledError):
+            pass
+        finally:
+            self._open -= 1
+            writer.close()
+
+    async def _request(self, reader: asyncio.StreamReader) -> tuple[int, str | dict[str, str], bytes]:
+        text = "text/plain; charset=utf-8"
+        try:
+            raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.limits.header_timeout_s)
+        except TimeoutError:
+            return 408, text, b"request headers not received in time\n"
+        except asyncio.LimitOverrunError:
+            return 431, text, b"request headers too large\n"
+        except (asyncio.IncompleteReadError, OSError):
+            return 400, text, b"incomplete request\n"
+        lines = raw.decode("latin-1").split("\r\n")
+        parts = lines[0].split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            return 400, text, b"bad request line\n"
+        method, path = parts[0].upper(), parts[1].split("?", 1)[0]
+        headers = _Headers({k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)})
+        route = self.routes.get((method, path))
+        if route is None:
+            if any(p == path for _, p in self.routes):
+                return 405, text, b"method not allowed\n"
+            return 404, text, b"not found: try /metrics or /healthz\n"
+        length = headers.get("content-length", "0")
+        if not length.isdigit():
+            return 400, text, b"bad Content-Length\n"
+        max_body = self._max_body.get((method, path), self.limits.max_body_bytes)
+        if int(length) > max_body:
+            return 413, text, f"body over {max_body} bytes\n".encode()
+        body = b""
+        if int(length):
+            try:
+                body = await asyncio.wait_for(reader.readexactly(int(length)), self.limits.body_timeout_s)
+            except TimeoutError:
+                return 408, text, b"request body not received in time\n"
+            except (asyncio.IncompleteReadError, OSError):
+                return 400, text, b"incomplete body\n"
+        try:
+            return await self._loop.run_in_executor(self._pool, route, body, headers)
+        except Exception as e:  # noqa: BLE001 - a route's bug is a 500, not a dead server
+            return 500, text, f"{type(e).__name__}\n".encode()
+
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        if not self._loop.is_running():
+            return
+
+        async def close() -> None:
+            self._srv.close()
+            for task in list(self._reading):
+                task.cancel()
+            await asyncio.wait_for(asyncio.gather(*self._tasks, return_exceptions=True), 5)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._loop.is_running():
+            self._loop.close()
+        self._pool.shutdown(wait=False)
 
     __call__ = stop
 
 
-def start_http_server(listen: str, registry: CollectorRegistry = REGISTRY,
-                      post_routes: dict[str, PostRoute] | None = None) -> Server:
-    """Serve ``/metrics`` and ``/healthz`` on ``listen`` (port 0: any free port) in a daemon thread, and the
-    ``post_routes`` stages mount (path -> handler, e.g. remote write's ``/api/v1/write``).
+def _healthz(body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
+    ok, out = health()
+    return 200 if ok else 503, "application/json", json.dumps(out).encode()
 
-    Returns a callable that stops the server; it also carries ``.port`` and ``.url``.
-    """
+
+def start_http_server(listen: str, registry: CollectorRegistry = REGISTRY, limits: Limits | None = None) -> Server:
+    """Serve ``/metrics`` and ``/healthz`` on ``listen`` (port 0: any free port) in a daemon thread, bounded
+    by ``limits``. Returns a callable that stops the server; it also carries ``.port``, ``.url`` and
+    ``.add_route``."""
     host, port = parse_listen(listen)
-    handler = type("TelemetryHandler", (_Handler,), {"registry": registry, "post_routes": dict(post_routes or {})})
-    server_cls = ThreadingHTTPServer
-    if ":" in host:
-        import socket
-
-        server_cls = type("V6Server", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
-    httpd = server_cls((host, port), handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, name="gangscope-telemetry", daemon=True)
-    thread.start()
-    return Server(httpd, thread)
-
+    return Server(host, port, registry, limits or Limits())

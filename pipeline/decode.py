@@ -32,6 +32,7 @@ K8S_SCHEMA: dict[str, pl.DataType] = {
     "observed_at": pl.String(),
     "object": pl.Struct({"apiVersion": pl.String, "kind": pl.String, "metadata": _META}),
     "api_version": pl.String(), "resource_kind": pl.String(), "resource_version": pl.String(),
+    "rejected": pl.String(),
 }
 SCRAPE_SCHEMA: dict[str, pl.DataType] = {
     "v": pl.Int64(), "kind": pl.String(), "cluster": pl.String(), "target": pl.String(), "job": pl.String(),
@@ -39,7 +40,7 @@ SCRAPE_SCHEMA: dict[str, pl.DataType] = {
     "error": pl.String(),
     "mn": pl.List(pl.String), "mc": pl.List(pl.Int64), "ls": pl.List(pl.String), "lr": pl.List(pl.Int64),
     "n": pl.List(pl.String), "s": pl.List(pl.Int64), "dt": pl.List(pl.Int64), "x": pl.List(pl.Float64),
-    "ni": pl.List(pl.Int64), "nv": pl.List(pl.String),
+    "ni": pl.List(pl.Int64), "nv": pl.List(pl.String), "rejected": pl.String(),
 }
 _NONFINITE = {"NaN": float("nan"), "+Inf": float("inf"), "-Inf": float("-inf")}
 _TS = pl.Datetime("ms", "UTC")
@@ -99,7 +100,8 @@ def _read(values: list[bytes], schema: dict[str, pl.DataType]) -> tuple[pl.DataF
 def _envelope_reason(kind: str) -> pl.Expr:
     """Why a record's envelope is unacceptable, or null."""
     return (
-        pl.when(pl.col("v").is_null()).then(pl.lit("missing envelope version 'v'"))
+        pl.when(pl.col("rejected").is_not_null()).then(pl.format("refused at the edge: {}", pl.col("rejected")))
+        .when(pl.col("v").is_null()).then(pl.lit("missing envelope version 'v'"))
         .when(pl.col("v") != VERSION)
         .then(pl.format("unsupported envelope version v={} (this pipeline reads v={})", pl.col("v"), pl.lit(VERSION)))
         .when(pl.col("kind").is_null() | (pl.col("kind") != kind))

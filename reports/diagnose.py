@@ -13,6 +13,7 @@ from typing import Any
 import duckdb
 
 from reports import nextsteps
+from reports.terminal import terminal_safe
 
 FIELDS = ("cluster", "namespace", "job", "job_kind", "workload", "pod_group", "root_cause", "severity",
           "started_at", "ended_at", "confidence", "nodes", "evidence", "summary")
@@ -103,4 +104,4 @@ def to_table(rows: list[dict[str, Any]]) -> str:
         step = (r.get("next_steps") or [None])[0]
         if step:
             out.append(f"  next: {step['action']}  $ {step.get('act') or step['check']}")
-    return "\n".join(line.rstrip() for line in out)
+    return "\n".join(terminal_safe(line.rstrip()) for line in out)

@@ -1,9 +1,11 @@
 """Read-only SQL over the lake for analysts (``gangscope sql``).
 
-Two locks, so one mistake in either is not enough to write: every statement is parsed with
-sqlglot (DuckDB dialect) and anything that is not clearly a read is refused before it
-reaches DuckDB; and the connection underneath attaches the lake READ_ONLY, turns off file
-system access (no ``COPY ... TO``, no reading local files) and locks the configuration.
+Every statement is parsed with sqlglot (DuckDB dialect) and with DuckDB's own parser, and anything
+that is not clearly one read is refused before it reaches the lake; functions are allowed by list (a
+table function can read host files, run SQL text or rewrite the lake's files). Underneath, the
+connection attaches the lake READ_ONLY, turns off file system access outside the lake's folder and
+locks the configuration; that alone does not stop writes inside the lake's folder (``COPY ... TO``
+there, ``lake.merge_adjacent_files()``), which is why the allow-list is the lock that matters.
 DuckLake lets this connection read while the pipeline writes in another process.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import io
 import json
 import logging
@@ -26,8 +29,10 @@ from sqlglot import exp
 
 from gangscope.config import Settings
 from gangscope.errors import UserError
+from reports.terminal import terminal_safe
 
 log = logging.getLogger(__name__)
+logging.getLogger("sqlglot").setLevel(logging.ERROR)  # its "falling back to a Command" notes are not the user's news
 
 FORMATS = ("table", "csv", "json", "parquet")
 
@@ -41,35 +46,70 @@ _WRITE_NODES: tuple[type[exp.Expression], ...] = (
     exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter, exp.Copy, exp.Attach,
     exp.Detach, exp.Install, exp.Set, exp.Use, exp.Command, exp.Into, exp.TruncateTable, exp.Pragma,
 )
-# PRAGMAs that only report something.
+# PRAGMAs that only report something (not database_list: it shows the catalog's connection string).
 _READ_PRAGMAS = frozenset({
-    "version", "table_info", "show_tables", "show_tables_expanded", "show_databases", "database_list",
+    "version", "table_info", "show_tables", "show_tables_expanded", "show_databases",
     "database_size", "storage_info", "functions", "collations", "platform", "user_agent", "metadata_info",
     "show",
 })
-# Table/scalar functions that would run SQL the parser never saw, or that change the lake.
-_REFUSED_FUNCTIONS = frozenset({"query", "query_table", "set_variable", "checkpoint", "force_checkpoint"})
-_READ_DUCKLAKE_FUNCTIONS = frozenset({
+# Functions are allowed by list, not refused by list: a table function must be one of these (DuckDB's table
+# functions read files, attach catalogs, run SQL the parser never saw, or maintain the lake); a scalar or
+# aggregate must be one of DuckDB's own built-in ones, less those that read the environment or settings.
+_TABLE_FUNCTIONS = frozenset({
+    "range", "generate_series", "unnest", "explode", "json_each", "json_tree", "repeat", "summary",
+    "duckdb_tables", "duckdb_columns", "duckdb_views", "duckdb_schemas", "duckdb_types", "duckdb_functions",
+    "duckdb_keywords", "duckdb_constraints", "duckdb_indexes", "duckdb_sequences", "duckdb_dependencies",
+    "pragma_table_info", "pragma_show", "pragma_version", "pragma_platform", "pragma_collations",
     "ducklake_snapshots", "ducklake_table_info", "ducklake_table_changes", "ducklake_table_insertions",
     "ducklake_table_deletions", "ducklake_list_files", "ducklake_current_snapshot",
+    "ducklake_last_committed_snapshot",
 })
+# ``lake.<name>()``: the lake's own read-only views of its history.
+_LAKE_FUNCTIONS = frozenset({"snapshots", "table_info", "current_snapshot", "last_committed_snapshot",
+                             "table_changes", "table_insertions", "table_deletions"})
+_REFUSED_SCALARS = frozenset({"getenv", "current_setting", "write_log", "set_variable", "sleep_ms", "pg_sleep",
+                              "current_query", "parse_duckdb_log_message", "checkpoint", "force_checkpoint",
+                              "query", "query_table"})
+
+
+@functools.cache
+def _duckdb_functions() -> tuple[frozenset[str], frozenset[str]]:
+    """(table functions, other functions) built into DuckDB (a bare in-memory connection: no extensions)."""
+    con = duckdb.connect()
+    try:
+        rows = con.execute("SELECT DISTINCT function_type, lower(function_name) FROM duckdb_functions()").fetchall()
+    finally:
+        con.close()
+    tables = frozenset(n for t, n in rows if t in ("table", "table_macro"))
+    return tables, frozenset(n for t, n in rows if t in ("scalar", "aggregate", "macro", "window"))
 
 
 class WriteRefused(UserError):
     """The statement is not clearly a read; the message says why."""
 
 
-def _function_names(tree: exp.Expression) -> set[str]:
-    names: set[str] = set()
+def _check_functions(tree: exp.Expression) -> None:
+    """Refuse any function not on the allow-lists above (wherever it appears: FROM, a CTE, a subquery)."""
+    tables, others = _duckdb_functions()
     for node in tree.find_all(exp.Func):
-        if isinstance(node, exp.Anonymous):
-            names.add(str(node.this).lower())
-        else:
-            names.add(node.sql_name().lower())
-    for node in tree.find_all(exp.Table):  # table functions parse as Table(this=Anonymous(...))
-        if isinstance(node.this, exp.Anonymous):
-            names.add(str(node.this.this).lower())
-    return names
+        name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+        parent = node.parent
+        qualifier = None
+        if isinstance(parent, exp.Table) and parent.this is node and parent.args.get("db") is not None:
+            qualifier = parent.args["db"].name.lower()
+        elif isinstance(parent, exp.Dot) and parent.expression is node:
+            qualifier = parent.this.sql().lower()
+        if qualifier is not None:
+            if qualifier == "lake" and name in _LAKE_FUNCTIONS:
+                continue
+            raise WriteRefused(f"refused: function {qualifier}.{name}() is not allowed in read-only SQL")
+        if name in _TABLE_FUNCTIONS:
+            continue
+        if name in tables or name in _REFUSED_SCALARS or name.startswith(("ducklake_", "sqlite_", "postgres_")):
+            raise WriteRefused(f"refused: function {name}() is not allowed in read-only SQL (it reads files, "
+                               "settings or the catalog, or changes the lake)")
+        if isinstance(node, exp.Anonymous) and name not in others:
+            raise WriteRefused(f"refused: function {name}() is not one of DuckDB's built-in functions")
 
 
 def _check_tree(tree: exp.Expression, text: str) -> None:
@@ -104,9 +144,7 @@ def _check_tree(tree: exp.Expression, text: str) -> None:
             raise WriteRefused(f"refused: the statement contains {type(node).__name__.upper()}, which writes")
         if isinstance(node, exp.Select) and node.args.get("into") is not None:
             raise WriteRefused("refused: SELECT ... INTO writes a table")
-    for fn in _function_names(tree):
-        if fn in _REFUSED_FUNCTIONS or (fn.startswith("ducklake_") and fn not in _READ_DUCKLAKE_FUNCTIONS):
-            raise WriteRefused(f"refused: function {fn}() is not allowed in read-only SQL")
+    _check_functions(tree)
 
 
 def check_read_only(sql: str) -> None:
@@ -122,6 +160,19 @@ def check_read_only(sql: str) -> None:
     if len(statements) != 1:
         raise WriteRefused(f"refused: {len(statements)} statements; run one read statement at a time")
     _check_tree(statements[0], sql)
+    # DuckDB's own parser must agree: one statement, of a reading type (comments or quoting the two parsers
+    # read differently cannot smuggle a second statement past the check above).
+    con = duckdb.connect()
+    try:
+        found = con.extract_statements(sql)
+    except duckdb.Error as e:
+        raise WriteRefused(f"refused: DuckDB cannot parse the statement ({str(e).splitlines()[0]})") from None
+    finally:
+        con.close()
+    if len(found) != 1:
+        raise WriteRefused(f"refused: {len(found)} statements; run one read statement at a time")
+    if found[0].type not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN):
+        raise WriteRefused(f"refused: {found[0].type.name} is not a read statement; gangscope sql is read-only")
 
 
 def connect_read_only(settings: Settings) -> duckdb.DuckDBPyConnection:
@@ -161,10 +212,10 @@ def _cell(v: Any) -> str:
 
 
 def format_table(cols: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int = 60) -> str:
-    cells = [[_cell(v).replace("\n", " ")[:max_width] for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+    cells = [[terminal_safe(_cell(v))[:max_width] for v in r] for r in rows]
+    widths = [max([len(terminal_safe(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths, strict=True)).rstrip()  # noqa: E731
-    out = [line(cols), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    out = [line([terminal_safe(c) for c in cols]), line(["-" * w for w in widths])] + [line(r) for r in cells]
     out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
     return "\n".join(out)
 

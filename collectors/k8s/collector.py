@@ -60,7 +60,7 @@ class K8sCollector:
         reflectors = [
             Reflector(self.client, res, self.sink, self.settings.cluster, namespace=ns,
                       page_limit=self.settings.k8s.page_limit, watch_timeout_s=self.watch_timeout_s,
-                      backoff_base_s=self.backoff_base_s, stop=stop)
+                      backoff_base_s=self.backoff_base_s, stop=stop, skew_s=self.settings.clock_skew_s)
             for ns in (namespaces or [None])
         ]
         for r in reflectors:

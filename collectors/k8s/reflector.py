@@ -12,6 +12,7 @@ detect vanished objects and skip already-sent versions, small enough for 100k po
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -25,6 +26,7 @@ from collectors.k8s.client import ApiError, Client
 from collectors.k8s.discovery import Resource
 from gangscope import clock, telemetry
 from gangscope.records import RELIST_BEGIN, RELIST_END, WATCH_TYPES, K8sEvent
+from gangscope.timesanity import DEFAULT_SKEW_S, check_object
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,7 @@ class Reflector:
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 30.0,
         stop: threading.Event | None = None,
+        skew_s: float = DEFAULT_SKEW_S,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -65,6 +68,7 @@ class Reflector:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.stop = stop or threading.Event()
+        self.skew_s = skew_s
         self.path = resource.path(namespace)
         self.known: dict[str, tuple[str, str | None, str]] = {}
         self.resource_version: str | None = None
@@ -230,6 +234,13 @@ class Reflector:
 
     def _emit(self, ev: K8sEvent) -> None:
         self.events += 1
+        if ev.object is not None:
+            try:
+                reason = check_object(ev.object, ev.observed_at, self.skew_s)
+            except RecursionError:
+                reason = "object nested too deep to read"
+            if reason:  # time sanity: the event lands as a dead letter with its reason, nothing shifted
+                ev = dataclasses.replace(ev, rejected=f"{self.resource.kind} {self.path}: {reason}")
         self.sink(ev)
 
 

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from itertools import islice
 
 from collectors.metrics.parse import parse_text
 from gangscope.errors import UserError
 from gangscope.records import ScrapeBatch
+from gangscope.timesanity import DEFAULT_SKEW_S, EARLIEST_MS, check_ms
 
 SLICE_LINES = 20_000
 _OM_ONLY = re.compile(r"^# (EOF\s*$|UNIT |TYPE \S+ (info|stateset|gaugehistogram|unknown)\s*$)", re.M)
@@ -71,11 +73,14 @@ def read_metrics_file(
     job: str | None = None,
     instance: str | None = None,
     max_buffered_samples: int = 500_000,
+    skew_s: float = DEFAULT_SKEW_S,
 ) -> Iterator[ScrapeBatch]:
     """Yield the file's samples as ScrapeBatches, one per (job, instance, timestamp), in time order.
 
     Raises ``UserError("<path>:<line>: ...")`` for a sample without a timestamp, a broken line,
-    or one too far out of time order; ``UserError`` for OpenMetrics without its ``# EOF``.
+    or one too far out of time order; ``UserError`` for OpenMetrics without its ``# EOF``. Samples whose
+    time fails time sanity (gangscope/timesanity.py) leave, per slice of lines, in one batch carrying
+    the reason (``rejected``, naming file and line), which lands in ``raw.dead_letters``.
     """
     path = os.fspath(path)
     default_id = os.path.basename(path).split(".", 1)[0] or "replay"
@@ -125,11 +130,21 @@ def read_metrics_file(
             if parsed.errors:
                 line, reason = parsed.errors[0]
                 raise UserError(f"{path}:{line}: {reason}")
+            now_ms = int(time.time() * 1000)
+            latest_ok = now_ms + int(skew_s * 1000)
+            refused: ScrapeBatch | None = None
             for name, labels, value, ts, line in zip(parsed.metric, parsed.labels, parsed.value, parsed.ts_ms,
                                                      parsed.line, strict=True):
                 assert ts is not None
                 j = job or labels.get("job") or default_id
                 inst = instance or labels.get("instance") or default_id
+                if not EARLIEST_MS <= ts <= latest_ok:
+                    if refused is None:
+                        why = check_ms("sample timestamp", ts, now_ms, skew_s)
+                        refused = ScrapeBatch(cluster=cluster, target=inst, job=j, instance=inst, scraped_at_ms=now_ms,
+                                              rejected=f"{path}:{line}: {why}")
+                    refused.add_sample(refused.add_series(name, labels), value, ts)
+                    continue
                 if released_ms is not None and ts < released_ms:
                     raise UserError(f"{path}:{line}: timestamp {ts} is older than samples already replayed "
                                     f"({released_ms}); sort the file by timestamp")
@@ -144,6 +159,11 @@ def read_metrics_file(
                 buffered += 1
                 if latest_ms is None or ts > latest_ms:
                     latest_ms = ts
+            if refused is not None:
+                if len(refused.sample_value) > 1:
+                    refused.rejected += f" (and {len(refused.sample_value) - 1} more such samples in lines up to " \
+                                        f"{first_line - 1})"
+                yield refused
             if buffered > max_buffered_samples:
                 # Release what the file has moved past; if that is not enough, the oldest of the rest.
                 yield from release(latest_ms)

@@ -33,6 +33,8 @@ from collectors.metrics.parse import parse_text, to_batch
 from collectors.metrics.targets import Target
 from gangscope import clock, telemetry
 from gangscope.records import ScrapeBatch
+from gangscope.secrets import redact
+from gangscope.timesanity import DEFAULT_SKEW_S, split_refused
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +114,14 @@ def by_own_target(b: ScrapeBatch) -> list[ScrapeBatch]:
 
 
 def _parse_encode(text: str, fmt: str, cluster: str, target: str, job: str, instance: str, scraped_at_ms: int,
-                  fetch_s: float, labels: dict[str, str]) -> tuple[bytes, int, bool, str | None, float]:
-    """Worker side: parse and encode one scrape; returns (record bytes, samples, up, error, duration_s)."""
+                  fetch_s: float, labels: dict[str, str], skew_s: float = DEFAULT_SKEW_S,
+                  ) -> tuple[bytes, int, bool, str | None, float, ScrapeBatch | None]:
+    """Worker side: parse and encode one scrape; returns (record bytes, samples, up, error, duration_s, refused:
+    the samples time sanity took out, or None)."""
     b = parse_scrape(text, fmt, cluster=cluster, target=target, job=job, instance=instance,
                      scraped_at_ms=scraped_at_ms, fetch_s=fetch_s, labels=labels)
-    return b.to_bytes(), len(b.sample_value), b.up, b.error, b.duration_s
+    refused = split_refused(b, scraped_at_ms, skew_s) if b.up else None
+    return b.to_bytes(), len(b.sample_value), b.up, b.error, b.duration_s, refused
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
@@ -163,8 +168,10 @@ class Scraper:
     """
 
     def __init__(self, cluster: str, emit: Emit, max_connections: int = 1000,
-                 pool: ProcessPoolExecutor | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+                 pool: ProcessPoolExecutor | None = None, max_body_bytes: int = MAX_BODY_BYTES,
+                 skew_s: float = DEFAULT_SKEW_S) -> None:
         self.cluster = cluster
+        self.skew_s = skew_s
         self.max_body_bytes = max_body_bytes
         self._last_error: dict[str, str | None] = {}
         self.emit = emit
@@ -173,6 +180,7 @@ class Scraper:
         self._session: aiohttp.ClientSession | None = None
         self._ssl: dict[Target, Any] = {}
         self._inflight: set[str] = set()
+        self._refused_logged: set[str] = set()
         self.rounds = 0
         self.samples = 0
         self.failures = 0
@@ -242,24 +250,30 @@ class Scraper:
         except (aiohttp.ClientError, OSError) as e:
             batch = self._failed(t, start_ms, time.perf_counter() - t0, f"{type(e).__name__}: {e}"[:500])
         else:
-            batch = None
+            batch = refused = None
             if self.pool is not None and not t.honor_labels:
                 try:
-                    encoded, samples, up, error, duration_s = await asyncio.get_running_loop().run_in_executor(
-                        self.pool, _parse_encode, text, fmt, self.cluster, t.url, t.job, t.instance, start_ms,
-                        time.perf_counter() - t0, t.labels)
+                    encoded, samples, up, error, duration_s, refused = await asyncio.get_running_loop().run_in_executor(
+                        self.pool, _parse_encode, text, fmt, self.cluster, t.name, t.job, t.instance, start_ms,
+                        time.perf_counter() - t0, t.labels, self.skew_s)
                 except Exception as e:  # a broken pool (worker killed): parse here from now on
                     log.error("parse workers failed (%s: %s); parsing in the scraper from now on",
                               type(e).__name__, e)
                     self.pool = None
                 else:
-                    batch = EncodedScrapeBatch(cluster=self.cluster, target=t.url, job=t.job, instance=t.instance,
+                    batch = EncodedScrapeBatch(cluster=self.cluster, target=t.name, job=t.job, instance=t.instance,
                                                scraped_at_ms=start_ms, up=up, duration_s=duration_s, error=error)
                     batch.encoded, batch.samples = encoded, samples
             if batch is None:
-                batch = parse_scrape(text, fmt, cluster=self.cluster, target=t.url, job=t.job, instance=t.instance,
+                batch = parse_scrape(text, fmt, cluster=self.cluster, target=t.name, job=t.job, instance=t.instance,
                                      scraped_at_ms=start_ms, fetch_s=time.perf_counter() - t0, labels=t.labels)
+                refused = split_refused(batch, start_ms, self.skew_s) if batch.up else None
                 samples = len(batch.sample_value)
+            if refused is not None:  # time sanity: these samples land as a dead letter with the reason
+                if t.url not in self._refused_logged:  # once per target; the count is in /metrics
+                    self._refused_logged.add(t.url)
+                    log.warning("%s: sample(s) refused by time sanity: %s", t.name, refused.rejected)
+                self.emit(refused)
             if batch.up:
                 self.samples += samples
         finally:
@@ -278,19 +292,19 @@ class Scraper:
         before = self._last_error.get(t.url)
         if batch.up:
             if before:
-                log.info("scrape of %s (job %s) works again", t.url, t.job)
+                log.info("scrape of %s (job %s) works again", t.name, t.job)
             self._last_error[t.url] = None
         else:
             self.failures += 1
             reason = batch.error or "failed"
             if before != reason:
-                log.warning("scrape of %s (job %s) failed: %s", t.url, t.job, reason)
+                log.warning("scrape of %s (job %s) failed: %s", t.name, t.job, reason)
             self._last_error[t.url] = reason
         telemetry.scrape_done(batch, failure_kind(batch.error) if not batch.up else None, t.interval_s)
 
     def _failed(self, t: Target, start_ms: int, duration_s: float, error: str) -> ScrapeBatch:
-        return ScrapeBatch(cluster=self.cluster, target=t.url, job=t.job, instance=t.instance,
-                           scraped_at_ms=start_ms, up=False, duration_s=duration_s, error=error)
+        return ScrapeBatch(cluster=self.cluster, target=t.name, job=t.job, instance=t.instance,
+                           scraped_at_ms=start_ms, up=False, duration_s=duration_s, error=redact(error))
 
     async def scrape_round(self, targets: Iterable[Target]) -> list[ScrapeBatch]:
         """Scrape all ``targets`` at once; returns their batches (already emitted) in target order."""
@@ -390,7 +404,8 @@ def serve(settings: Any, emit: Emit, stop: Any, client: Any = None, refresh_s: f
 
         watcher = loop.create_task(watch_stop())
         limit = settings.metrics.max_body_bytes
-        async with Scraper(settings.cluster, emit, pool=pool, max_body_bytes=limit) as scraper:
+        async with Scraper(settings.cluster, emit, pool=pool, max_body_bytes=limit,
+                           skew_s=settings.clock_skew_s) as scraper:
             await scraper.run(targets, done, refresh_s=refresh_s)
         watcher.cancel()
         log.info("metrics collector stopped after %d rounds, %d samples, %d failed scrapes",

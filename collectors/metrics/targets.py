@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from gangscope.config import Settings
 from gangscope.errors import UserError
+from gangscope.secrets import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,11 @@ class Target:
     labels: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     # Samples that carry their own job/instance keep them as their target (a /federate endpoint serves many).
     honor_labels: bool = False
+
+    @property
+    def name(self) -> str:
+        """The URL as shown and stored (``raw.scrapes.target``, logs): without a password or token."""
+        return redact_url(self.url)
 
     @property
     def instance(self) -> str:
@@ -134,8 +140,11 @@ def static_targets(settings: Settings) -> list[Target]:
             parts.port  # noqa: B018 - validates the port
         except ValueError:
             raise UserError(f"{where}.url: bad port in {url!r}") from None
+        if parts.password is not None and entry.get("bearer_token_file"):
+            raise UserError(f"{where}: {redact_url(url)} carries user:password (basic auth) and bearer_token_file "
+                            "is set too; a scrape sends one Authorization header, so choose one")
         if url in seen:
-            raise UserError(f"{where}.url: {url} is listed twice")
+            raise UserError(f"{where}.url: {redact_url(url)} is listed twice")
         seen.add(url)
         labels = entry.get("labels") or {}
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):

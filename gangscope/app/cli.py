@@ -11,12 +11,14 @@ import argparse
 import importlib
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from gangscope import __version__
 from gangscope.config import ConfigError, Settings, load
 from gangscope.errors import UserError
+from gangscope.secrets import redact
 
 # Modules that register commands, in the order their commands appear in --help.
 COMMAND_MODULES = (
@@ -55,6 +57,7 @@ def common_options() -> argparse.ArgumentParser:
                    "or postgres://... (env GANGSCOPE_CATALOG)")
     g.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     g.add_argument("--log-format", choices=("text", "json"), help="log line format (default text)")
+    g.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
     return p
 
 
@@ -99,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings: Settings = load(getattr(args, "config", None), _overrides(args))
     except ConfigError as e:
-        print(f"gangscope: config error: {e}", file=sys.stderr)
+        print(redact(f"gangscope: config error: {e}"), file=sys.stderr)
         return 2
     from gangscope import logs
 
@@ -110,14 +113,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(settings, args) or 0)
     except (UserError, ConfigError) as e:
-        print(f"gangscope: {e}", file=sys.stderr)
+        print(redact(f"gangscope: {e}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gangscope: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # one line for the user; the traceback only at debug level
-        log.debug("failed", exc_info=True)
-        print(f"gangscope: error: {type(e).__name__}: {e}", file=sys.stderr)
+    except Exception as e:  # one line for the user; the traceback only with --debug (or at debug level)
+        if getattr(args, "debug", False):
+            traceback.print_exc()
+        else:
+            log.debug("failed", exc_info=True)
+        print(redact(f"gangscope: error: {type(e).__name__}: {e}".splitlines()[0]), file=sys.stderr)
         return 1
 
 

@@ -25,6 +25,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from gangscope.config import ConfigError, Settings
+from gangscope.secrets import redact, redact_url, split_userinfo
 
 log = logging.getLogger(__name__)
 
@@ -131,11 +132,19 @@ def prune(directory: Path, pattern: str, keep: int) -> list[Path]:
 
 
 def post_webhook(url: str, payload: dict[str, Any], timeout_s: float = 10.0) -> None:
-    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", "User-Agent": "gangscope"})
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - URL from the operator's config
-        if resp.status >= 300:
-            raise RuntimeError(f"webhook answered HTTP {resp.status}")
+    """POST ``payload``; ``user:password@`` in the URL is sent as basic auth (never as part of the host name),
+    and errors name the URL without its credentials."""
+    target, auth = split_userinfo(url)
+    headers = {"Content-Type": "application/json", "User-Agent": "gangscope"}
+    if auth:
+        headers["Authorization"] = auth
+    req = urllib.request.Request(target, data=json.dumps(payload).encode(), method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - URL from the operator's config
+            if resp.status >= 300:
+                raise RuntimeError(f"webhook {redact_url(url)} answered HTTP {resp.status}")
+    except (OSError, ValueError) as e:  # urllib's errors may quote the URL
+        raise RuntimeError(f"webhook {redact_url(url)} failed: {redact(str(e))}") from None
 
 
 def write_reports(settings: Settings, kind: str, now: datetime | None = None) -> list[Path]:

@@ -159,7 +159,7 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
                 from gangscope.transport.publish import Publisher
 
                 publisher = Publisher(settings, bootstrap)
-            routes = {}
+            routes = {}  # path -> (handler, largest body it takes)
             if "remote_write" in settings.collectors:
                 from collectors.prom.remote_write import Receiver, route
 
@@ -167,12 +167,15 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
                 receiver = Receiver(publisher, settings.cluster, ack_timeout_s=rw.ack_timeout_s,
                                     max_buffered=rw.max_buffered_records)
                 path, handler = route(receiver)
-                routes[path] = handler
+                routes[path] = (handler, rw.max_body_bytes)
             if telemetry is not None and settings.server.listen:
                 try:
-                    stop_server = telemetry.start_http_server(settings.server.listen, post_routes=routes)
+                    server = telemetry.start_http_server(settings.server.listen)
                 except (OSError, ValueError) as e:
                     raise UserError(f"cannot serve telemetry on {settings.server.listen}: {e}") from None
+                stop_server = server
+                for path, (handler, max_body) in routes.items():
+                    server.add_route("POST", path, handler, max_body_bytes=max_body)
                 log.info("telemetry on http://%s (/metrics, /healthz%s)", settings.server.listen,
                          "".join(f", POST {p}" for p in routes))
             if publisher is not None:

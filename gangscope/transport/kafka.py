@@ -36,11 +36,14 @@ _FATAL = {
 }
 
 
+_RETRY_NOISE = ("Bootstrap", "Connection failed", "Connection lost", "not ready", *_FATAL)
+
+
 class _FirstFailure(logging.Handler):
     """Keeps the first connection failure kafka-python logs; it retries even refused logins until its timeout."""
 
     def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+        super().__init__(logging.NOTSET)
         self.reason: str | None = None
         self.done = threading.Event()
 
@@ -50,6 +53,10 @@ class _FirstFailure(logging.Handler):
             if marker in msg and self.reason is None:
                 self.reason = reason
                 self.done.set()
+        # While connecting, the "kafka" logger does not propagate: its retries of a broker that does not
+        # answer (a dozen ERROR lines) are said once, by the UserError; anything else goes on to the root.
+        if not any(noise in msg for noise in _RETRY_NOISE):
+            logging.getLogger().handle(record)
 
 
 def admin(settings: Settings, bootstrap: str, timeout_s: float = 15.0) -> KafkaAdminClient:
@@ -74,6 +81,7 @@ def admin(settings: Settings, bootstrap: str, timeout_s: float = 15.0) -> KafkaA
 
     kafka_log = logging.getLogger("kafka")
     kafka_log.addHandler(seen)
+    propagate, kafka_log.propagate = kafka_log.propagate, False
     try:
         connecting = threading.Thread(target=connect, name="kafka-connect", daemon=True)
         connecting.start()
@@ -85,6 +93,7 @@ def admin(settings: Settings, bootstrap: str, timeout_s: float = 15.0) -> KafkaA
             connecting.join(5)
     finally:
         kafka_log.removeHandler(seen)
+        kafka_log.propagate = propagate
     if seen.reason is not None:
         if made and isinstance(made[0], KafkaAdminClient):
             made[0].close()
@@ -118,7 +127,7 @@ def producer(settings: Settings, bootstrap: str, **overrides: Any) -> KafkaProdu
         compression_type=comp,
         linger_ms=20,
         batch_size=1 << 20,
-        max_request_size=16 << 20,
+        max_request_size=max(settings.kafka.max_record_bytes, 1 << 20) + (64 << 10),  # + batch overhead
         retries=10,
         max_in_flight_requests_per_connection=1,
         # A batch resent after a lost ack is dropped by the broker (producer id + sequence), not stored

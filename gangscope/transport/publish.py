@@ -19,6 +19,7 @@ ticket's records that were not sent yet back out of the buffer.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import socket
 import threading
@@ -30,7 +31,7 @@ from typing import Any
 
 from gangscope import telemetry
 from gangscope.config import Settings
-from gangscope.records import K8S, SCRAPE, K8sEvent, ScrapeBatch
+from gangscope.records import K8S, SCRAPE, VERSION, K8sEvent, ScrapeBatch
 from gangscope.transport import kafka as pkafka
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,16 @@ class _Pending:
     key: bytes
     value: bytes
     ticket: Ticket | None = None
+
+
+def oversize_stub(record: K8sEvent | ScrapeBatch, size: int, limit: int) -> bytes:
+    """What travels instead of a record larger than ``kafka.max_record_bytes``: its envelope and the reason,
+    so it lands in ``raw.dead_letters`` (the object or samples themselves cannot travel)."""
+    kind = K8S if isinstance(record, K8sEvent) else SCRAPE
+    what = record.key().decode(errors="replace")[:300]
+    return json.dumps({"v": VERSION, "kind": kind, "cluster": record.cluster,
+                       "rejected": f"record {what!r} of {size} bytes exceeds kafka.max_record_bytes ({limit})"},
+                      separators=(",", ":")).encode()
 
 
 class Publisher:
@@ -124,7 +135,14 @@ class Publisher:
             topic = self._topics[SCRAPE]
         else:
             raise TypeError(f"cannot publish {type(record).__name__}")
-        item = _Pending(topic, record.key(), record.to_bytes(), ticket)
+        value = record.to_bytes()
+        limit = self._settings.kafka.max_record_bytes
+        if len(value) > limit:  # refused here, with its reason, rather than retried against the broker's limit
+            value = oversize_stub(record, len(value), limit)
+            telemetry.REJECTED_AT_EDGE.labels(topic).inc()
+        elif record.rejected:
+            telemetry.REJECTED_AT_EDGE.labels(topic).inc()
+        item = _Pending(topic, record.key(), value, ticket)
         with self._cond:
             if self._closing:
                 raise RuntimeError("publisher is closed")

@@ -47,7 +47,11 @@ fs AS (
     GROUP BY ALL
 ),
 fs_json AS (
-    SELECT cluster, namespace, job, json_group_object(reason, nodes) AS failed_reasons, min(first_at) AS first_failed_at
+    SELECT cluster, namespace, job,
+           -- keys in a fixed order (json_group_object's follows the hash table: evidence changed between builds)
+           to_json(map_from_entries(list((reason, nodes) ORDER BY reason) FILTER (WHERE reason IS NOT NULL)))
+               AS failed_reasons,
+           min(first_at) AS first_failed_at
     FROM fs GROUP BY ALL
 ),
 idle AS (

@@ -12,7 +12,7 @@
 -- column: namespace: the pod the GPU was allocated to, when the exporter said
 -- column: pod: the pod the GPU was allocated to, when the exporter said
 WITH xid AS (
-    SELECT cluster, node, gpu, CAST(value AS BIGINT) AS code, min(ts) AS started_at, max(ts) AS last_at,
+    SELECT cluster, node, gpu, TRY_CAST(value AS BIGINT) AS code, min(ts) AS started_at, max(ts) AS last_at,
            count(*) AS samples, max(namespace) AS namespace, max(pod) AS pod
     FROM intermediate.int_signal_events WHERE signal = 'xid'
     GROUP BY ALL

@@ -32,7 +32,7 @@ bw_base AS (
                                             AND b.ts < dn.origin + to_seconds(getvariable('baseline_end_s'))),
                     median(b.value) FILTER (WHERE b.ts >= dn.origin AND b.ts < dn.win_start)) AS baseline,
            min(b.value) FILTER (WHERE b.ts BETWEEN dn.win_start AND dn.win_end) AS min_value,
-           arg_min(b.ts, b.value) FILTER (WHERE b.ts BETWEEN dn.win_start AND dn.win_end) AS min_at
+           arg_min(b.ts, (b.value, b.ts)) FILTER (WHERE b.ts BETWEEN dn.win_start AND dn.win_end) AS min_at
     FROM dn JOIN intermediate.int_node_bandwidth b ON b.cluster = dn.cluster AND b.node = dn.node
     GROUP BY ALL
 ),
@@ -59,7 +59,7 @@ errs AS (
     SELECT cluster, namespace, job, dip_started_at,
            list({'node': node, 'signal': signal, 'device': device, 'max_rate': round(v, 3), 'at': seen_at}
                 ORDER BY node, signal, device) FILTER (WHERE signal <> 'ib_port_state') AS link_errors,
-           list({'node': node, 'device': device, 'state': v::INTEGER, 'at': seen_at}
+           list({'node': node, 'device': device, 'state': TRY_CAST(v AS INTEGER), 'at': seen_at}
                 ORDER BY node, device) FILTER (WHERE signal = 'ib_port_state') AS ports_down,
            list(node) AS nodes, min(seen_at) AS first_at
     FROM ev GROUP BY ALL

@@ -35,7 +35,8 @@ gpu_f AS (
            CASE WHEN bool_or(kind <> 'gpu_missing') THEN 0.95 ELSE 0.8 END AS confidence,
            list_sort(list(DISTINCT node)) AS nodes,
            to_json({'faults': list({'node': node, 'gpu': gpu, 'kind': kind, 'xid': code, 'first_at': started_at,
-                                    'last_at': last_at, 'samples': samples, 'uuid': uuid} ORDER BY started_at)}) AS evidence,
+                                    'last_at': last_at, 'samples': samples, 'uuid': uuid}
+                                   ORDER BY started_at, node, gpu, kind)}) AS evidence,
            format('GPU {} on {} reported {} from {}', arg_min(gpu, started_at), arg_min(node, started_at),
                   CASE arg_min(kind, started_at) WHEN 'xid' THEN 'hardware XID ' || arg_min(code, started_at)
                        WHEN 'ecc_dbe' THEN 'double-bit ECC errors' ELSE 'nothing (its series stopped)' END,
@@ -72,7 +73,7 @@ ic_f AS (
            to_json({'throughput': tp.throughput, 'bandwidth_drops': bandwidth_drops, 'link_errors': link_errors,
                     'ports_down': ports_down, 'bandwidth_threshold_ratio': getvariable('bandwidth_ratio')}) AS evidence,
            format('Throughput fell to {}% of baseline while interconnect on {} degraded ({})',
-                  round(100 * min_ratio)::INTEGER, array_to_string(signal_nodes, ', '),
+                  TRY_CAST(round(100 * min_ratio) AS INTEGER), array_to_string(signal_nodes, ', '),
                   array_to_string(list_filter(['bandwidth drop' || CASE WHEN json_array_length(bandwidth_drops) > 0 THEN '' END,
                                                'link errors' || CASE WHEN json_array_length(link_errors) > 0 THEN '' END,
                                                'IB port down' || CASE WHEN json_array_length(ports_down) > 0 THEN '' END],
@@ -174,7 +175,7 @@ adm_f AS (
                          'largest_free_domain': fr.domain, 'largest_free_gpus': fr.free_gpus,
                          'largest_free_node_gpus': fr.node_free_gpus, 'largest_node_gpus': fr.node_gpus,
                          'gpus_per_pod': ap.gpus_per_pod} END}) AS evidence,
-           format('Not admitted for {} min{} ({}{}): {}', round(a.wait_s / 60)::INTEGER,
+           format('Not admitted for {} min{} ({}{}): {}', TRY_CAST(round(a.wait_s / 60) AS INTEGER),
                   CASE WHEN a.admitted_at > a.queued_at THEN '' ELSE ' and counting' END, replace(a.cause, '_', ' '),
                   CASE WHEN a.cause_kind = 'configuration' THEN ', configuration' ELSE '' END,
                   coalesce(coalesce(a.reason || ' - ', '') || a.message,
@@ -231,7 +232,8 @@ gang_f AS (
                     'unschedulable_pods': gp.pods, 'closest_nodes': gc.nodes}) AS evidence,
            format('Gang {} after {} s (timeout {} s): {}/{} pods bound, {} running{}{}{}',
                   CASE WHEN g.assembled_at IS NULL THEN 'not assembled' ELSE 'assembled only' END,
-                  round(g.assembly_s)::BIGINT, g.timeout_s::BIGINT, g.pods_bound, g.gang_size, g.pods_running,
+                  TRY_CAST(round(g.assembly_s) AS BIGINT), TRY_CAST(g.timeout_s AS BIGINT), g.pods_bound, g.gang_size,
+                  g.pods_running,
                   CASE WHEN g.phase IS NOT NULL THEN ', PodGroup ' || g.phase ELSE '' END,
                   CASE WHEN su.units IS NOT NULL
                        THEN ', not assembled: ' || array_to_string([u.unit FOR u IN su.units], ', ') ELSE '' END,
@@ -255,7 +257,7 @@ mis_f AS (
                     'domain_values': domain_values, 'requested_as': requested_as,
                     'assigned_domains': assigned_domains}) AS evidence,
            format('Throughput fell to {}% of baseline; pods span {} {} domains where {} would do',
-                  round(100 * min_ratio)::INTEGER, domains, level, needed_domains) AS summary
+                  TRY_CAST(round(100 * min_ratio) AS INTEGER), domains, level, needed_domains) AS summary
     FROM quiet_dips WHERE misplaced
 ),
 slow_f AS (
@@ -263,7 +265,7 @@ slow_f AS (
            started_at, ended_at, 0.6 AS confidence, nodes,
            to_json({'throughput': tp.throughput}) AS evidence,
            format('Throughput fell to {}% of baseline for {} samples with no queue, gang, placement, interconnect or GPU signal',
-                  round(100 * min_ratio)::INTEGER, samples) AS summary
+                  TRY_CAST(round(100 * min_ratio) AS INTEGER), samples) AS summary
     FROM quiet_dips WHERE NOT misplaced
 ),
 incidents AS (
@@ -279,7 +281,7 @@ healthy AS (
                     'assembled_before_capture': g.assembled_before_capture, 'start_up_s': round(g.start_up_s),
                     'all_running_at': j.all_running_at}) AS evidence,
            format('No incident: {} with {}/{} pods running{}', j.state, j.pods_running, j.gang_size,
-                  CASE WHEN g.start_up_s IS NOT NULL THEN format(' (bound to running in {} s)', round(g.start_up_s)::BIGINT)
+                  CASE WHEN g.start_up_s IS NOT NULL THEN format(' (bound to running in {} s)', TRY_CAST(round(g.start_up_s) AS BIGINT))
                        WHEN g.assembled_before_capture THEN ' (assembled before capture began)' ELSE '' END) AS summary
     FROM j
     LEFT JOIN intermediate.int_gang g USING (cluster, namespace, job)

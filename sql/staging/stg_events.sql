@@ -14,7 +14,7 @@
 -- column: last_at: first and last occurrence
 -- column: count: occurrences (count / series.count / deprecatedCount)
 WITH latest AS (
-    SELECT * FROM raw.k8s_objects
+    SELECT * FROM staging.stg_k8s_events
     WHERE kind = 'Event' AND event_type IN ('ADDED', 'MODIFIED')
     QUALIFY row_number() OVER (PARTITION BY cluster, coalesce(uid, namespace || '/' || name)
                                ORDER BY observed_at DESC) = 1

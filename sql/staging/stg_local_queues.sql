@@ -14,7 +14,7 @@ WITH latest AS (
     SELECT *,
            [c FOR c IN coalesce(json_extract(object, '$.status.conditions[*]'), []::JSON[])
             IF (c->>'$.type') = 'Active'][1] AS active
-    FROM raw.k8s_objects
+    FROM staging.stg_k8s_events
     WHERE kind = 'LocalQueue' AND api_version LIKE 'kueue.x-k8s.io/%' AND event_type IN ('ADDED', 'MODIFIED', 'DELETED')
     QUALIFY row_number() OVER (PARTITION BY cluster, coalesce(uid, namespace || '/' || name)
                                ORDER BY observed_at DESC, TRY_CAST(resource_version AS BIGINT) DESC NULLS LAST) = 1

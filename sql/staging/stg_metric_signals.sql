@@ -23,7 +23,7 @@
 -- Counters: per-second rate against the previous non-NULL sample of the same series (same cluster,
 -- target, metric, labels) within `max_rate_gap_s`; a decrease is a reset (rate = value / dt); a
 -- counter saturated at 4294967295 on both samples gives NULL (unknown, not zero); a series' first
--- sample has value NULL. DCGM sentinels and NaN are NULL. A missing series stays missing.
+-- sample has value NULL. DCGM sentinels, NaN and ±Inf are NULL; samples at insane times (docs/records.md) are left out. A missing series stays missing.
 -- column: cluster: cluster name
 -- column: ts: sample time
 -- column: signal: canonical signal name (list above)
@@ -154,7 +154,7 @@ ids AS (
 ),
 samples AS (
     SELECT i.sid, i.rate_key, i.kind, i.scale, p.ts,
-           CASE WHEN isnan(p.value) THEN NULL
+           CASE WHEN isnan(p.value) OR isinf(p.value) THEN NULL
                 WHEN p.value >= 9223372036854775792 THEN NULL                     -- DCGM INT64 blank/not found/...
                 WHEN p.value BETWEEN 140737488355328.0 AND 140737488355331.0 THEN NULL  -- DCGM FP64 sentinels
                 ELSE p.value END AS v
@@ -165,6 +165,8 @@ samples AS (
     FROM (SELECT DISTINCT ts, series, value
           FROM raw.metric_points
           WHERE ts > getvariable('watermark') - to_seconds(getvariable('max_rate_gap_s'))
+            -- insane times (docs/records.md) are not data: one must not move the data's "now"
+            AND ts >= TIMESTAMPTZ '2000-01-01 00:00:00+00' AND ts <= now() + INTERVAL 1 DAY
             AND series IN (SELECT series FROM ids)) p
     JOIN ids i USING (series)
 ),

@@ -27,7 +27,7 @@
 -- column: deleted: the latest event was DELETED
 WITH ev AS (
     SELECT *, coalesce(uid, namespace || '/' || name) AS key
-    FROM raw.k8s_objects
+    FROM staging.stg_k8s_events
     WHERE kind IN ('PodGroup', 'CompositePodGroup') AND api_version LIKE 'scheduling.k8s.io/%'
       AND event_type IN ('ADDED', 'MODIFIED', 'DELETED')
 ),

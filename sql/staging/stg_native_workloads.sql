@@ -14,7 +14,7 @@ WITH latest AS (
     SELECT *,
            [o FOR o IN coalesce(json_extract(object, '$.metadata.ownerReferences[*]'), []::JSON[])
             IF (o->>'$.controller') = 'true'][1] AS owner
-    FROM raw.k8s_objects
+    FROM staging.stg_k8s_events
     WHERE kind = 'Workload' AND api_version LIKE 'scheduling.k8s.io/%' AND event_type IN ('ADDED', 'MODIFIED', 'DELETED')
     QUALIFY row_number() OVER (PARTITION BY cluster, coalesce(uid, namespace || '/' || name)
                                ORDER BY observed_at DESC, TRY_CAST(resource_version AS BIGINT) DESC NULLS LAST) = 1

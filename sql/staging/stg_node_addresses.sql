@@ -5,7 +5,7 @@
 -- column: address: the Node name itself, or one of its status.addresses (IP, hostname)
 WITH latest AS (
     SELECT cluster, name, object
-    FROM raw.k8s_objects
+    FROM staging.stg_k8s_events
     WHERE kind = 'Node' AND event_type IN ('ADDED', 'MODIFIED')
     QUALIFY row_number() OVER (PARTITION BY cluster, name ORDER BY observed_at DESC) = 1
 )

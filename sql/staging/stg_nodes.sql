@@ -11,7 +11,7 @@
 -- column: last_seen_at: newest observation
 WITH latest AS (
     SELECT *, max(observed_at) OVER (PARTITION BY cluster, name) AS last_seen_at
-    FROM raw.k8s_objects
+    FROM staging.stg_k8s_events
     WHERE kind = 'Node' AND event_type IN ('ADDED', 'MODIFIED', 'DELETED')
     QUALIFY row_number() OVER (PARTITION BY cluster, name
                                ORDER BY observed_at DESC, TRY_CAST(resource_version AS BIGINT) DESC NULLS LAST) = 1

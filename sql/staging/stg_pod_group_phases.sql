@@ -16,7 +16,7 @@ SELECT cluster, namespace, name,
                                             'CompositePodGroupInitiallyScheduled')][1]
                     WHEN 'True' THEN 'Scheduled' WHEN 'False' THEN 'Unschedulable' END) AS phase,
        min(observed_at) AS first_at
-FROM raw.k8s_objects
+FROM staging.stg_k8s_events
 WHERE kind IN ('PodGroup', 'CompositePodGroup') AND event_type IN ('ADDED', 'MODIFIED')
 GROUP BY ALL
 HAVING phase IS NOT NULL

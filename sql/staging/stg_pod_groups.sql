@@ -25,7 +25,7 @@ WITH latest AS (
     SELECT *, max(observed_at) OVER (PARTITION BY cluster, coalesce(uid, namespace || '/' || name)) AS last_seen_at,
            [o FOR o IN coalesce(json_extract(object, '$.metadata.ownerReferences[*]'), []::JSON[])
             IF (o->>'$.controller') = 'true'][1] AS owner
-    FROM raw.k8s_objects
+    FROM staging.stg_k8s_events
     WHERE event_type IN ('ADDED', 'MODIFIED', 'DELETED')
       AND ((kind = 'PodGroup' AND (api_version LIKE 'scheduling.x-k8s.io/%' OR api_version LIKE 'scheduling.volcano.sh/%'
                                    OR api_version LIKE 'scheduling.k8s.io/%'))

@@ -42,7 +42,7 @@ WITH ev AS (
     SELECT *, coalesce(uid, namespace || '/' || name) AS key,
            coalesce(json_extract(object, '$.status.conditions[*]'), []::JSON[]) AS conds,
            coalesce(json_extract(object, '$.status.containerStatuses[*]'), []::JSON[]) AS containers
-    FROM raw.k8s_objects
+    FROM staging.stg_k8s_events
     WHERE kind = 'Pod' AND event_type IN ('ADDED', 'MODIFIED', 'DELETED')
 ),
 times AS (

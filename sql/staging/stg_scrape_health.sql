@@ -15,6 +15,7 @@
 WITH scrapes AS (
     SELECT *
     FROM raw.scrapes
+    WHERE scraped_at >= TIMESTAMPTZ '2000-01-01 00:00:00+00' AND scraped_at <= now() + INTERVAL 1 DAY  -- time sanity
     QUALIFY row_number() OVER (PARTITION BY cluster, target, scraped_at ORDER BY kafka_partition, kafka_offset) = 1
 )
 SELECT

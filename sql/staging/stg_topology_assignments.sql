@@ -10,7 +10,7 @@
 -- column: "values": the domain's value per level
 -- column: pod_count: pods assigned to the domain
 WITH latest AS (
-    SELECT cluster, namespace, name, object FROM raw.k8s_objects
+    SELECT cluster, namespace, name, object FROM staging.stg_k8s_events
     WHERE kind = 'Workload' AND api_version LIKE 'kueue.x-k8s.io/%' AND event_type IN ('ADDED', 'MODIFIED')
     QUALIFY row_number() OVER (PARTITION BY cluster, namespace, name ORDER BY observed_at DESC) = 1
 ),

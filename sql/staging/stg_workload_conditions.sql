@@ -18,7 +18,7 @@ SELECT
     c->>'$.message' AS message,
     coalesce(TRY_CAST(c->>'$.lastTransitionTime' AS TIMESTAMPTZ), min(k.observed_at)) AS transition_at,
     min(k.observed_at) AS observed_at
-FROM raw.k8s_objects k, unnest(coalesce(json_extract(k.object, '$.status.conditions[*]'), []::JSON[])) AS t(c)
+FROM staging.stg_k8s_events k, unnest(coalesce(json_extract(k.object, '$.status.conditions[*]'), []::JSON[])) AS t(c)
 WHERE k.kind = 'Workload' AND k.api_version LIKE 'kueue.x-k8s.io/%' AND k.event_type IN ('ADDED', 'MODIFIED')
 GROUP BY k.cluster, k.namespace, k.name, c->>'$.type', c->>'$.status', c->>'$.reason', c->>'$.message',
          c->>'$.lastTransitionTime'

@@ -21,7 +21,7 @@
 -- column: deleted: the latest event was DELETED
 WITH latest AS (
     SELECT *, max(observed_at) OVER (PARTITION BY cluster, coalesce(uid, namespace || '/' || name)) AS last_seen_at
-    FROM raw.k8s_objects
+    FROM staging.stg_k8s_events
     WHERE kind = 'Workload' AND api_version LIKE 'kueue.x-k8s.io/%' AND event_type IN ('ADDED', 'MODIFIED', 'DELETED')
     QUALIFY row_number() OVER (PARTITION BY cluster, coalesce(uid, namespace || '/' || name)
                                ORDER BY observed_at DESC, TRY_CAST(resource_version AS BIGINT) DESC NULLS LAST) = 1

@@ -110,7 +110,7 @@ def test_volumes_and_mounted_config_load(compose: dict[str, Any]) -> None:
     assert settings.log.format == "json"
     assert set(settings.collectors) == {"k8s", "metrics"}
     assert settings.k8s.kubeconfig in mounts  # the kubeconfig the settings name is the one mounted
-    assert svc["ports"] == ["9108:9108"] and settings.server.listen.endswith(":9108")
+    assert svc["ports"] == ["${GANGSCOPE_BIND:-127.0.0.1}:9108:9108"] and settings.server.listen.endswith(":9108")
     # The collectors accept its scrape discovery (their own validation, which names a bad key).
     from collectors.metrics.targets import discovery_rules, static_targets
 
@@ -135,3 +135,12 @@ def test_docker_compose_config() -> None:
     out = subprocess.run([docker, "compose", "-f", str(COMPOSE), "--profile", "scale-out", "config", "--quiet"],
                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT)})
     assert out.returncode == 0, out.stderr
+
+
+def test_published_ports_bind_to_loopback_unless_configured() -> None:
+    """Every port published to the host binds to 127.0.0.1 unless GANGSCOPE_BIND says otherwise."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    published = [(name, p) for name, svc in compose["services"].items() for p in svc.get("ports", [])]
+    assert published
+    for name, port in published:
+        assert isinstance(port, str) and port.startswith("${GANGSCOPE_BIND:-127.0.0.1}:"), (name, port)

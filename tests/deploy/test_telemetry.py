@@ -7,6 +7,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -270,3 +271,86 @@ def test_a_down_broker_makes_the_publisher_unhealthy(offline_settings) -> None:
     finally:
         pub.close(timeout_s=1)
         telemetry.problem("kafka", None)
+
+
+def test_idle_and_slow_connections_do_not_stop_healthz() -> None:
+    """500 half-open requests (some idle, some trickling headers): /healthz still answers within 1 s."""
+    import socket
+    import urllib.request
+
+    srv = telemetry.start_http_server("127.0.0.1:0", limits=telemetry.Limits(max_connections=100))
+    socks = []
+    try:
+        for i in range(500):
+            s = socket.create_connection(("127.0.0.1", srv.port))
+            if i % 2:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+            socks.append(s)
+        with urllib.request.urlopen(f"{srv.url}/healthz", timeout=1.0) as resp:  # the issue's bound
+            assert resp.status == 200 and json.loads(resp.read())["status"] in ("ok", "unhealthy")
+        assert srv.evicted >= 400  # the oldest half-open ones made room, the rest stay within the limit
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()
+
+
+def test_header_timeout_body_limit_and_a_mounted_route() -> None:
+    import socket
+
+    srv = telemetry.start_http_server("127.0.0.1:0", limits=telemetry.Limits(header_timeout_s=0.3, max_body_bytes=10))
+    got: list[bytes] = []
+    srv.add_route("POST", "/api/v1/write", lambda body, headers: (got.append(body) or 204, "text/plain", b""))
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")  # and then nothing
+            assert s.recv(100).startswith(b"HTTP/1.1 408 ")  # closed by the server, not held open
+
+        def post(body: bytes, length: int) -> bytes:
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+                s.sendall(b"POST /api/v1/write HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % length + body)
+                return s.recv(100)
+
+        assert post(b"x" * 11, 11).startswith(b"HTTP/1.1 413 ")
+        assert post(b"snappy", 6).startswith(b"HTTP/1.1 204 ") and got == [b"snappy"]
+        assert post(b"", 0).startswith(b"HTTP/1.1 204 ")
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"GET /api/v1/write HTTP/1.1\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 405 ")
+    finally:
+        srv.stop()
+
+
+def test_a_route_with_its_own_body_limit_and_response_headers() -> None:
+    """The remote-write receiver takes bodies up to its own limit (above the server's general one), reads
+    headers in any case and answers with its own headers (Retry-After on 503)."""
+    import socket
+
+    srv = telemetry.start_http_server("127.0.0.1:0", limits=telemetry.Limits(max_body_bytes=10))
+    seen: list[tuple[int, str | None]] = []
+
+    def route(body: bytes, headers: Any) -> tuple[int, dict[str, str], bytes]:
+        seen.append((len(body), headers.get("Content-Encoding")))
+        return 503, {"Content-Type": "text/plain", "Retry-After": "7"}, b"busy\n"
+
+    srv.add_route("POST", "/api/v1/write", route, max_body_bytes=100)
+    srv.add_route("POST", "/other", route)
+
+    def post(path: str, n: int) -> bytes:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"POST %s HTTP/1.1\r\ncontent-encoding: snappy\r\nContent-Length: %d\r\n\r\n"
+                      % (path.encode(), n) + b"x" * n)
+            out = b""
+            while chunk := s.recv(4096):
+                out += chunk
+            return out
+
+    try:
+        answer = post("/api/v1/write", 50)
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"\r\nRetry-After: 7\r\n" in answer
+        assert answer.endswith(b"busy\n")
+        assert post("/api/v1/write", 101).startswith(b"HTTP/1.1 413 ")
+        assert post("/other", 50).startswith(b"HTTP/1.1 413 ")  # the general limit still holds elsewhere
+        assert seen == [(50, "snappy")]  # refused bodies never reach the route
+    finally:
+        srv.stop()

@@ -1,0 +1,69 @@
+"""Clear, early errors: one line and exit 2 for what a user can fix, before anything is published."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gangscope.app.cli import main
+from tests.collectors_k8s.test_k8s_replay_capture import k8s_file
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("content, why", [
+    (None, "is a directory"),
+    (b"data: \xff\xfe\n", "not UTF-8"),
+    (b"log: {level: CHATTY}\n", "log.level"),
+    (b"clock_skew_s: 0\n", "clock_skew_s"),
+    (b"- a list\n", "mapping"),
+])
+def test_config_errors_are_one_line_and_exit_2(tmp_path, capsys, content, why):
+    cfg = tmp_path / "gangscope.yaml"
+    cfg.mkdir() if content is None else cfg.write_bytes(content)
+    assert main(["models", "build", "--config", str(cfg), "--data", str(tmp_path / "d")]) == 2
+    assert why in _one_line(capsys)
+
+
+def test_unknown_log_level_flag_is_one_line(tmp_path, capsys):
+    assert main(["models", "build", "--log-level", "LOUD", "--data", str(tmp_path / "d")]) == 2
+    assert "log.level" in _one_line(capsys)
+
+
+def test_data_naming_a_file_fails_before_anything_is_published(tmp_path, reference, capsys):
+    data = tmp_path / "data"
+    data.write_text("not a directory\n")
+    f = k8s_file(tmp_path, reference)
+    assert main(["replay", "--k8s", str(f), "--data", str(data), "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    assert "is a file" in _one_line(capsys)
+
+
+def test_replay_inputs_checked_before_publishing(tmp_path, reference, capsys):
+    assert main(["replay", "--k8s", str(tmp_path), "--data", str(tmp_path / "d"),
+                 "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    assert "cannot read" in _one_line(capsys)
+
+
+def test_unreachable_broker_names_the_address(tmp_path, reference, capsys):
+    f = k8s_file(tmp_path, reference)
+    assert main(["replay", "--k8s", str(f), "--data", str(tmp_path / "d"), "--bootstrap-servers",
+                 "127.0.0.1:1,localhost:2"]) == 2
+    err = _one_line(capsys)
+    assert "no answer" in err and "127.0.0.1:1" in err and "localhost:2" in err  # transport.kafka.admin()
+
+
+def test_a_clean_replay_logs_no_error_line(tmp_path, reference, capsys):
+    f = k8s_file(tmp_path, reference)
+    huge = tmp_path / "deep.jsonl"
+    huge.write_text(f.read_text() + "[" * 50_000 + "\n")  # a dead letter is not an ERROR either
+    assert main(["replay", "--k8s", str(huge), "--data", str(tmp_path / "d")]) == 0
+    err = capsys.readouterr().err
+    assert not [line for line in err.splitlines() if " ERROR " in line or "Traceback" in line], err
+    assert main(["sql", "SELECT reason FROM raw.dead_letters", "--format", "json", "--data", str(tmp_path / "d")]) == 0
+    reasons = [r["reason"] for r in json.loads(capsys.readouterr().out)]
+    assert len(reasons) == 1 and "deep.jsonl:6: JSON nested too deep" in reasons[0]
