@@ -150,6 +150,9 @@ def consumer(settings: Settings, bootstrap: str, **overrides: Any) -> KafkaConsu
         heartbeat_interval_ms=1000,
         max_partition_fetch_bytes=16 << 20,
         fetch_max_bytes=64 << 20,
+        # A member that joins just after the topics were created may see no partitions yet; with
+        # kafka-python's default (5 min) it would hold none that long. Fresh metadata makes it rejoin.
+        metadata_max_age_ms=5000,
         **_security(settings),
     )
     opts.update(overrides)
