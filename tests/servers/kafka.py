@@ -182,7 +182,7 @@ def start(timeout_s: float = 90.0) -> KafkaServer:
     base = [java, HEAP, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
             f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*"]
     fmt = subprocess.run(
-        [*base, _MAIN_STORAGE, "format", "-t", _cluster_id(), "-c", str(props), "--ignore-formatted",
+        [*base, _MAIN_STORAGE, "format", f"--cluster-id={_cluster_id()}", "-c", str(props), "--ignore-formatted",
          "--add-scram", f"SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"],
         capture_output=True, text=True, timeout=120,
     )
@@ -209,7 +209,10 @@ def start(timeout_s: float = 90.0) -> KafkaServer:
 
 
 def _cluster_id() -> str:
-    """A new cluster id as Kafka wants it: 16 random bytes, URL-safe base64 without padding."""
+    """A new cluster id as Kafka wants it: 16 random bytes, URL-safe base64 without padding.
+
+    It may begin with ``-``, so it is passed as ``--cluster-id=ID``: as a separate argument
+    argparse takes it for an option (1 start in 64 failed that way)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]
 
 
