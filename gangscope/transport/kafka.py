@@ -40,12 +40,23 @@ _RETRY_NOISE = ("Bootstrap", "Connection failed", "Connection lost", "not ready"
 
 
 class _FirstFailure(logging.Handler):
-    """Keeps the first connection failure kafka-python logs; it retries even refused logins until its timeout."""
+    """Keeps the first connection failure kafka-python logs; it retries even refused logins until its timeout.
 
-    def __init__(self) -> None:
+    A broker that refuses a SASL login answers with an error and closes the connection about 100 ms later
+    (``connection.failed.authentication.delay.ms``). When the client reads late (a loaded machine), the
+    answer and the close arrive in one read and kafka-python 3.0 drops the answer: all that is logged is
+    "socket disconnected". So a connection lost after the client sent its SASL proof and before
+    "Connected", ``_SASL_DROPS`` times in a row, is also taken for a refused login (it needs kafka-python's
+    DEBUG records, made only while ``admin`` connects).
+    """
+
+    def __init__(self, sasl: bool) -> None:
         super().__init__(logging.NOTSET)
         self.reason: str | None = None
         self.done = threading.Event()
+        self.sasl = sasl
+        self._in_sasl = False
+        self._sasl_drops = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         msg = record.getMessage()
@@ -53,17 +64,36 @@ class _FirstFailure(logging.Handler):
             if marker in msg and self.reason is None:
                 self.reason = reason
                 self.done.set()
+        if self.sasl:
+            self._follow_sasl(msg)
         # While connecting, the "kafka" logger does not propagate: its retries of a broker that does not
-        # answer (a dozen ERROR lines) are said once, by the UserError; anything else goes on to the root.
-        if not any(noise in msg for noise in _RETRY_NOISE):
+        # answer (a dozen ERROR lines) are said once, by the UserError; anything else goes on to the root
+        # (DEBUG and INFO records are made here only to follow the SASL exchange).
+        if record.levelno >= logging.WARNING and not any(noise in msg for noise in _RETRY_NOISE):
             logging.getLogger().handle(record)
+
+    def _follow_sasl(self, msg: str) -> None:
+        if msg.startswith("node=") and "Sending request" in msg and "SaslAuthenticateRequest" in msg:
+            self._in_sasl = True
+        elif msg.endswith(": Connected"):
+            self._in_sasl, self._sasl_drops = False, 0
+        elif self._in_sasl and "Connection lost" in msg:
+            self._in_sasl = False
+            self._sasl_drops += 1
+            if self._sasl_drops >= _SASL_DROPS and self.reason is None:
+                self.reason = _FATAL["SaslAuthenticationFailedError"].replace(
+                    "(check", "(the broker closed every connection during SASL authentication; check")
+                self.done.set()
+
+
+_SASL_DROPS = 3
 
 
 def admin(settings: Settings, bootstrap: str, timeout_s: float = 15.0) -> KafkaAdminClient:
     """An admin client with the configured security settings. A refused login or an untrusted certificate
     is a one-line ``UserError`` as soon as kafka-python logs it (it would retry it until its bootstrap
     timeout, then say only "Unable to bootstrap"); no broker within ``timeout_s`` is one too."""
-    seen = _FirstFailure()
+    seen = _FirstFailure(sasl=str(settings.kafka.security.get("security_protocol", "")).startswith("SASL"))
     clients: list[KafkaNetClient] = []
     made: list[KafkaAdminClient | BaseException] = []
 
@@ -82,6 +112,9 @@ def admin(settings: Settings, bootstrap: str, timeout_s: float = 15.0) -> KafkaA
     kafka_log = logging.getLogger("kafka")
     kafka_log.addHandler(seen)
     propagate, kafka_log.propagate = kafka_log.propagate, False
+    level = kafka_log.level
+    if seen.sasl:
+        kafka_log.setLevel(logging.DEBUG)
     try:
         connecting = threading.Thread(target=connect, name="kafka-connect", daemon=True)
         connecting.start()
@@ -94,6 +127,7 @@ def admin(settings: Settings, bootstrap: str, timeout_s: float = 15.0) -> KafkaA
     finally:
         kafka_log.removeHandler(seen)
         kafka_log.propagate = propagate
+        kafka_log.setLevel(level)
     if seen.reason is not None:
         if made and isinstance(made[0], KafkaAdminClient):
             made[0].close()

@@ -8,6 +8,7 @@ on Apache Kafka only.
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import uuid
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gangscope import config
+from gangscope.transport.kafka import _FirstFailure
 from tests.pipeline.helpers import ROOT, landed_counts, pipeline_env, publish
 from tests.servers import kafka
 
@@ -81,3 +83,36 @@ def test_refused_connection_is_one_clear_line(kafka_server: kafka.KafkaServer, t
     for secret in (kafka.SCRAM_PASSWORD, "not-the-password-1f9"):
         assert secret not in done.stderr + done.stdout
     assert not (settings.data / "lake").exists() or landed_counts(settings) == (0, 0, 0, 0)
+
+
+def _records(*lines: str) -> list[logging.LogRecord]:
+    return [logging.LogRecord("kafka.net.connection", logging.DEBUG, __file__, 0, line, None, None) for line in lines]
+
+
+_SENT_PROOF = ("node=bootstrap-0[127.0.0.1:9094] "
+               "Sending request 4 SaslAuthenticateRequest(version=2, auth_bytes=b'c=biws')")
+_LOST = ("<KafkaConnection node_id=bootstrap-0 (disconnected)>: "
+         "Connection lost: KafkaConnectionError: socket disconnected")
+
+
+def test_login_refusals_whose_answer_kafka_python_dropped_are_still_named() -> None:
+    """Seen on Apache Kafka under load: the refusal and the close arrive in one read and kafka-python 3.0
+    drops the refusal, so only "socket disconnected" is logged (the lines are kafka-python's own)."""
+    seen = _FirstFailure(sasl=True)
+    for record in _records(_SENT_PROOF, _LOST, _SENT_PROOF, _LOST):
+        seen.emit(record)
+    assert seen.reason is None  # two drops may still be a flaky network
+    for record in _records(_SENT_PROOF, _LOST):
+        seen.emit(record)
+    assert seen.reason is not None and seen.reason.startswith("authentication failed")
+    assert seen.done.is_set()
+
+
+def test_connections_lost_outside_the_sasl_exchange_are_not_a_refused_login() -> None:
+    ok = _FirstFailure(sasl=True)
+    for record in _records(_SENT_PROOF, "<KafkaConnection node_id=bootstrap-0>: Connected", _LOST, _LOST, _LOST, _LOST):
+        ok.emit(record)
+    plain = _FirstFailure(sasl=False)
+    for record in _records(*[_SENT_PROOF, _LOST] * 4):
+        plain.emit(record)
+    assert ok.reason is None and plain.reason is None
