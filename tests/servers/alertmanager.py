@@ -10,13 +10,12 @@ import json
 import shutil
 import subprocess
 import tempfile
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.servers.postgres import _free_port
+from tests.servers.process import free_port, stop_and_remove, wait_http
 
 CONFIG = """\
 route:
@@ -43,13 +42,7 @@ class AlertmanagerServer:
             return json.loads(r.read())
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        stop_and_remove(self.process, self.directory)
 
 
 def start() -> AlertmanagerServer:
@@ -59,21 +52,16 @@ def start() -> AlertmanagerServer:
         raise RuntimeError("alertmanager not found (install Debian's prometheus-alertmanager)")
     root = Path(tempfile.mkdtemp(prefix="gangscope-am-"))
     (root / "alertmanager.yml").write_text(CONFIG)
-    port = _free_port()
+    port = free_port()
     log = open(root / "alertmanager.log", "wb")  # noqa: SIM115 - lives as long as the server
     proc = subprocess.Popen(
         [binary, f"--config.file={root / 'alertmanager.yml'}", f"--storage.path={root / 'data'}",
          f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"],
         stdout=log, stderr=subprocess.STDOUT)
     server = AlertmanagerServer(f"http://127.0.0.1:{port}", root, proc)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"alertmanager exited: {(root / 'alertmanager.log').read_text()[-500:]}")
-        try:
-            with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2):  # noqa: S310 - loopback
-                return server
-        except OSError:
-            time.sleep(0.2)
-    server.stop()
-    raise RuntimeError("alertmanager did not become ready within 30 s")
+    try:
+        wait_http(f"{server.url}/-/ready", proc, root / "alertmanager.log", "alertmanager", timeout_s=30)
+    except RuntimeError:
+        server.stop()
+        raise
+    return server

@@ -21,6 +21,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.servers.process import free_port, stop_and_remove
+
 POM = Path(__file__).resolve().parents[1] / "kafka" / "pom.xml"
 VERSION = re.search(r"<kafka.version>(.+?)</kafka.version>", POM.read_text()).group(1)  # type: ignore[union-attr]
 LIBS = Path(os.environ.get("GANGSCOPE_KAFKA_LIBS") or Path.home() / ".cache" / "gangscope-kafka" / VERSION)
@@ -29,12 +31,6 @@ SCRAM_USER = "gangscope"
 SCRAM_PASSWORD = "kafka-test-secret-4e2a"  # a throwaway broker's password; also a canary for redaction tests
 _MAIN_SERVER = "kafka.Kafka"
 _MAIN_STORAGE = "kafka.tools.StorageTool"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def fetch_jars() -> Path:
@@ -112,14 +108,7 @@ class KafkaServer:
         return 0.0
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        stop_and_remove(self.process, self.directory, timeout_s=30)
 
 
 _LOG4J = """\
@@ -174,7 +163,7 @@ def start(timeout_s: float = 90.0) -> KafkaServer:
     java = _java()
     root = Path(tempfile.mkdtemp(prefix="gangscope-kafka-"))
     tls = make_tls(root / "tls")
-    ports = {name: _free_port() for name in ("plain", "sasl", "controller")}
+    ports = {name: free_port() for name in ("plain", "sasl", "controller")}
     props = root / "server.properties"
     props.write_text(_properties(root, ports, tls))
     log4j = root / "log4j2.properties"

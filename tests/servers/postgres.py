@@ -11,12 +11,13 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.servers.process import free_port, stop_and_remove
 
 PASSWORD = "pg-test-secret-7c1f"  # a throwaway cluster's password; also a canary for redaction tests
 
@@ -27,12 +28,6 @@ def _bindir() -> Path | None:
         return Path(found[-1]).parent
     initdb = shutil.which("initdb")
     return Path(initdb).parent if initdb else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -55,13 +50,7 @@ class PostgresServer:
         )
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        stop_and_remove(self.process, self.directory)
 
 
 def start() -> PostgresServer:
@@ -85,7 +74,7 @@ def start() -> PostgresServer:
                           capture_output=True, text=True, timeout=120)
     if init.returncode != 0:
         raise RuntimeError(f"initdb failed: {init.stderr.strip()[-500:]}")
-    port = _free_port()
+    port = free_port()
     log = open(root / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
     proc = subprocess.Popen(
         [*as_user, str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,11 +19,7 @@ from typing import Any
 
 import yaml
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.servers.process import free_port, halt, stop_and_remove, wait_http
 
 
 def _binary(*names: str) -> str:
@@ -33,21 +28,6 @@ def _binary(*names: str) -> str:
         if found:
             return found
     raise RuntimeError(f"{names[0]} not found (install Debian's {names[-1]})")
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited: {log.read_text()[-800:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{what} did not answer {url} within {timeout_s:.0f} s")
 
 
 @dataclass
@@ -64,17 +44,10 @@ class Process:
 
     def halt(self) -> None:
         """Stop the process (cleanly: Prometheus flushes its WAL), keeping its directory."""
-        if self.process.poll() is None:
-            self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        halt(self.process)
 
     def stop(self) -> None:
-        self.halt()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        stop_and_remove(self.process, self.directory)
 
 
 def _launch(cls: type, args: list[str], root: Path, port: int, ready_path: str, what: str) -> Any:
@@ -83,7 +56,7 @@ def _launch(cls: type, args: list[str], root: Path, port: int, ready_path: str, 
     proc = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     server = cls(f"http://127.0.0.1:{port}", root, proc)
     try:
-        _wait_http(server.url + ready_path, proc, log, what)
+        wait_http(server.url + ready_path, proc, log, what)
     except RuntimeError:
         server.stop()
         raise
