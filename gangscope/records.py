@@ -64,8 +64,11 @@ def k8s_key(obj: dict[str, Any]) -> bytes:
 class K8sEvent:
     """One watch event (ADDED/MODIFIED/DELETED) or a relist marker.
 
-    Markers carry no object: ``RELIST_BEGIN`` says a full list of ``api_version``/``kind``
-    follows; ``RELIST_END`` says it is complete (``resource_version`` is the list's).
+    Markers carry no object: ``RELIST_BEGIN`` says a full list of ``api_version``/``kind`` (in
+    ``namespace``, or all) follows, re-sending every object when its ``resource_version`` is ``""``
+    (a list from nothing) or only what changed since that version; ``RELIST_END`` says it is
+    complete (``resource_version`` is the list's; ``sent``: how many events the list sent, so that a
+    reader can tell when all of them have landed).
     """
 
     cluster: str
@@ -75,6 +78,8 @@ class K8sEvent:
     api_version: str | None = None
     kind: str | None = None
     resource_version: str | None = None
+    namespace: str | None = None  # of a marker whose list was namespace-scoped
+    sent: int | None = None  # of a RELIST_END
     rejected: str | None = None  # why the edge refused it (time sanity): it lands as a dead letter
 
     def key(self) -> bytes:
@@ -98,6 +103,10 @@ class K8sEvent:
             rec["api_version"] = self.api_version
             rec["resource_kind"] = self.kind
             rec["resource_version"] = self.resource_version
+            if self.namespace:
+                rec["namespace"] = self.namespace
+            if self.sent is not None:
+                rec["sent"] = self.sent
         if self.rejected:
             rec["rejected"] = self.rejected
         return json.dumps(rec, separators=(",", ":")).encode()

@@ -32,7 +32,7 @@ K8S_SCHEMA: dict[str, pl.DataType] = {
     "observed_at": pl.String(),
     "object": pl.Struct({"apiVersion": pl.String, "kind": pl.String, "metadata": _META}),
     "api_version": pl.String(), "resource_kind": pl.String(), "resource_version": pl.String(),
-    "rejected": pl.String(),
+    "namespace": pl.String(), "sent": pl.Int64(), "rejected": pl.String(),
 }
 SCRAPE_SCHEMA: dict[str, pl.DataType] = {
     "v": pl.Int64(), "kind": pl.String(), "cluster": pl.String(), "target": pl.String(), "job": pl.String(),
@@ -147,11 +147,12 @@ def decode_k8s(values: list[bytes]) -> Decoded:
         event_type=pl.col("type"),
         api_version=pl.coalesce(pl.col("object").struct.field("apiVersion"), pl.col("api_version")),
         kind=pl.coalesce(pl.col("object").struct.field("kind"), pl.col("resource_kind")),
-        namespace=meta.struct.field("namespace"),
+        namespace=pl.coalesce(meta.struct.field("namespace"), pl.col("namespace")),
         name=meta.struct.field("name"),
         uid=meta.struct.field("uid"),
         resource_version=pl.coalesce(meta.struct.field("resourceVersion"), pl.col("resource_version")),
-        object=pl.col("object_json"),
+        # A marker has no object; RELIST_END's count of sent events lands in its place, as {"sent": N}.
+        object=pl.coalesce(pl.col("object_json"), pl.format('{{"sent":{}}}', pl.col("sent"))),
         _i=pl.col("_i"),
     )
     return Decoded(rows, dead)

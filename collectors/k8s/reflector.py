@@ -124,9 +124,14 @@ class Reflector:
     def _list(self) -> None:
         """Paginated list; emit what changed since we last knew, DELETED for what is gone."""
         api_version, kind = self.resource.api_version, self.resource.kind
-        self._emit(K8sEvent(self.cluster, RELIST_BEGIN, _now(), api_version=api_version, kind=kind))
+        # resource_version '' says "a list from nothing: every object follows" (first list of this process),
+        # which lets the models mark what the lake knew and this list lacks as deleted (stg_k8s_gone).
+        self._emit(K8sEvent(self.cluster, RELIST_BEGIN, _now(), api_version=api_version, kind=kind,
+                            resource_version="" if not self.known else (self.resource_version or None),
+                            namespace=self.namespace))
         seen: set[str] = set()
         rv = ""
+        sent = 0  # events of this list that will land (RELIST_END says how many: the models wait for them all)
         while True:
             try:
                 for doc in self._pages():
@@ -140,7 +145,7 @@ class Reflector:
                         if prev is not None and prev[0] == irv:
                             continue  # already published this version
                         self.known[uid] = (irv, meta.get("namespace"), meta.get("name", ""))
-                        self._emit(K8sEvent(self.cluster, "MODIFIED" if prev else "ADDED", _now(), item))
+                        sent += self._emit(K8sEvent(self.cluster, "MODIFIED" if prev else "ADDED", _now(), item))
                     rv = (doc.get("metadata") or {}).get("resourceVersion") or rv
                     if self.stop.is_set():
                         return
@@ -151,11 +156,11 @@ class Reflector:
                 seen.clear()
         for uid in [u for u in self.known if u not in seen]:
             irv, ns, name = self.known.pop(uid)
-            self._emit(K8sEvent(self.cluster, "DELETED", _now(), self._tombstone(uid, irv, ns, name)))
+            sent += self._emit(K8sEvent(self.cluster, "DELETED", _now(), self._tombstone(uid, irv, ns, name)))
         self.resource_version = rv
         self.lists += 1
         self._emit(K8sEvent(self.cluster, RELIST_END, _now(), api_version=api_version, kind=kind,
-                            resource_version=rv))
+                            resource_version=rv, namespace=self.namespace, sent=sent))
 
     def _page(self, cont: str | None) -> dict[str, Any]:
         params: dict[str, Any] = {"limit": self.page_limit}
@@ -232,7 +237,8 @@ class Reflector:
                 self.resource_version = rv
         return got
 
-    def _emit(self, ev: K8sEvent) -> None:
+    def _emit(self, ev: K8sEvent) -> bool:
+        """Hand ``ev`` to the sink; False when time sanity refused it (it lands as a dead letter)."""
         self.events += 1
         if ev.object is not None:
             try:
@@ -242,6 +248,7 @@ class Reflector:
             if reason:  # time sanity: the event lands as a dead letter with its reason, nothing shifted
                 ev = dataclasses.replace(ev, rejected=f"{self.resource.kind} {self.path}: {reason}")
         self.sink(ev)
+        return ev.rejected is None
 
 
 def _now() -> datetime:

@@ -29,7 +29,8 @@
 -- column: first_failed_at: first FailedScheduling event of the job's pods
 -- column: idle_gpus: GPUs of members already running while the gang is incomplete (a partial start)
 WITH j AS (
-    SELECT j.*, a.as_of, ad.admitted_at
+    -- A deleted job is judged up to its deletion, not to the data's "now".
+    SELECT j.*, CASE WHEN j.deleted_at < a.as_of THEN j.deleted_at ELSE a.as_of END AS as_of, ad.admitted_at
     FROM intermediate.int_jobs j
     JOIN intermediate.int_as_of a USING (cluster)
     LEFT JOIN intermediate.int_admission ad USING (cluster, namespace, job)

@@ -31,11 +31,14 @@
 -- column: last_seen: observation range
 -- column: required_topology: Kueue topology request (or native topology key)
 -- column: preferred_topology: Kueue topology request (or native topology key)
--- column: state: queued, assembling, running, finished
+-- column: deleted_at: when the last of the job's objects (pods, Workload, gang object) was deleted; NULL while
+--   any lives. For objects deleted while gangscope was not watching, the end of the list that found them gone
+-- column: state: queued, assembling, running, finished, deleted
 WITH wl AS (
     SELECT w.cluster, w.namespace, coalesce(w.owner_name, w.name) AS job, coalesce(w.owner_kind, 'Workload') AS job_kind,
            w.name AS workload, coalesce(w.cluster_queue, lq.cluster_queue) AS cluster_queue, w.queue_name, w.pod_count,
-           w.required_topology, w.preferred_topology, w.pod_group, w.created_at, w.last_seen_at
+           w.required_topology, w.preferred_topology, w.pod_group, w.created_at, w.last_seen_at,
+           CASE WHEN w.deleted THEN w.last_seen_at END AS deleted_at
     FROM staging.stg_workloads w
     LEFT JOIN staging.stg_local_queues lq ON lq.cluster = w.cluster AND lq.namespace = w.namespace AND lq.name = w.queue_name
     QUALIFY row_number() OVER (PARTITION BY w.cluster, w.namespace, coalesce(w.owner_name, w.name)
@@ -113,7 +116,8 @@ pods AS (
            min(created_at) FILTER (WHERE NOT deleted) AS run_started_at,
            max(local_queue) AS local_queue,
            min(least(created_at, last_seen_at)) AS first_seen,
-           max(last_seen_at) AS last_seen
+           max(last_seen_at) AS last_seen,
+           CASE WHEN bool_and(deleted) THEN max(last_seen_at) END AS deleted_at
     FROM intermediate.int_pod_jobs p
     LEFT JOIN (SELECT cluster, namespace, name AS pod, local_queue FROM staging.stg_pods) q USING (cluster, namespace, pod)
     GROUP BY cluster, namespace, job
@@ -147,7 +151,10 @@ j AS (
            least(w.created_at, g.created_at, p.first_seen) AS first_seen,
            greatest(w.last_seen_at, g.last_seen_at, p.last_seen) AS last_seen,
            w.required_topology,
-           coalesce(w.preferred_topology, g.topology_key) AS preferred_topology
+           coalesce(w.preferred_topology, g.topology_key) AS preferred_topology,
+           CASE WHEN (w.job IS NULL OR w.deleted_at IS NOT NULL) AND (g.job IS NULL OR g.deleted)
+                 AND (p.job IS NULL OR p.deleted_at IS NOT NULL)
+                THEN greatest(w.deleted_at, CASE WHEN g.deleted THEN g.last_seen_at END, p.deleted_at) END AS deleted_at
     FROM keys k
     LEFT JOIN wl w USING (cluster, namespace, job)
     LEFT JOIN pg_job g USING (cluster, namespace, job)
@@ -168,8 +175,9 @@ SELECT
     coalesce(gang_size > 0 AND len(coalesce(running_times, [])) >= gang_size
              AND list_bool_or([r.before_capture FOR r IN running_times[1:gang_size]]), false)
         AS running_before_capture,
-    first_seen, last_seen, required_topology, preferred_topology,
+    first_seen, last_seen, required_topology, preferred_topology, deleted_at,
     CASE
+        WHEN deleted_at IS NOT NULL THEN 'deleted'
         WHEN pods > 0 AND pods_done = pods THEN 'finished'
         WHEN pods = 0 AND workload IS NOT NULL THEN 'queued'
         WHEN multi_gang AND units_assembled_at IS NOT NULL AND pods_running > 0 THEN 'running'

@@ -288,7 +288,10 @@ healthy AS (
     WHERE NOT EXISTS (SELECT 1 FROM incidents i WHERE i.cluster = j.cluster AND i.namespace = j.namespace AND i.job = j.job)
 )
 SELECT f.cluster, f.namespace, f.job, j.job_kind, j.workload, j.pod_group, f.root_cause, f.severity,
-       f.started_at, f.ended_at, CAST(f.confidence AS DOUBLE) AS confidence,
+       -- A job's deletion ends what still held (for objects deleted while gangscope was not watching, at the
+       -- end of the list that found them gone: an upper bound).
+       f.started_at, coalesce(f.ended_at, j.deleted_at) AS ended_at, CAST(f.confidence AS DOUBLE) AS confidence,
        CAST(coalesce(f.nodes, []) AS VARCHAR[]) AS nodes, CAST(f.evidence AS JSON) AS evidence, f.summary
 FROM (SELECT * FROM incidents UNION ALL BY NAME SELECT * FROM healthy) f
 JOIN j USING (cluster, namespace, job)
+WHERE j.deleted_at IS NULL OR f.started_at <= j.deleted_at OR f.root_cause = 'healthy'

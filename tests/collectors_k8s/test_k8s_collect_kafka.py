@@ -125,3 +125,32 @@ def test_kafka_down_for_a_while_loses_nothing_under_the_bound(settings, api, ref
         assert len(records) == 200
     finally:
         broker.stop()
+
+
+def test_pod_deleted_while_the_collector_was_stopped_is_deleted_in_the_lake(settings, api, reference):
+    """Collector -> Kafka -> pipeline -> models across a restart: the restart's list from nothing (no DELETED
+    event can exist for it) is what tells the lake the pod is gone; the pod still there stays alive."""
+    import subprocess
+
+    from pipeline import lake, models
+    from tests.pipeline.helpers import ROOT, pipeline_cmd, pipeline_env
+
+    api.serve("", "v1", "pods", "Pod")
+    for name in ("stays", "goes"):
+        api.put("", "v1", "pods", objects.pod(reference, name))
+    for run in range(2):
+        with collecting(settings, api) as (coll, _):
+            wait_for(lambda: "pods" in coll.active and coll.stats()["pods"]["lists"] >= 1)
+        if run == 0:
+            api.delete("", "v1", "pods", "goes", "team-a")  # while no collector watches
+    done = subprocess.run(pipeline_cmd(settings, "--once"), env=pipeline_env(settings), cwd=ROOT,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    con = lake.connect(settings)
+    try:
+        models.build(settings, con)
+        assert sorted(con.execute("SELECT name, deleted FROM staging.stg_pods").fetchall()) == [
+            ("goes", True), ("stays", False)]
+        assert con.execute("SELECT name FROM staging.stg_k8s_gone").fetchall() == [("goes",)]
+    finally:
+        con.close()

@@ -55,9 +55,10 @@ def test_paginated_list_then_watch_with_bookmarks(api, reference):
     with running(api, page_limit=3) as (r, got):
         wait_for(lambda: any(e.type == RELIST_END for e in got))
         assert got[0].type == RELIST_BEGIN and got[0].kind == "Pod" and got[0].api_version == "v1"
+        assert got[0].resource_version == ""  # a list from nothing: every object follows
         assert pods(got, "ADDED") == [f"p{i}" for i in range(7)]
         end = got[-1]
-        assert end.type == RELIST_END and end.resource_version == str(api.rv)
+        assert end.type == RELIST_END and end.resource_version == str(api.rv) and end.sent == 7
         lists = [q for p, q in api.requests if p == "/api/v1/pods" and "watch" not in q]
         assert len(lists) == 3 and "continue" in lists[1] and lists[0]["limit"] == ["3"]
         # list items come without apiVersion/kind; the reflector restores them
@@ -114,6 +115,10 @@ def test_relist_after_410_emits_deleted_for_vanished_objects(api, reference, gon
         second = got[[i for i, e in enumerate(got) if e.type == RELIST_BEGIN][1]:]
         second = second[:[i for i, e in enumerate(second) if e.type == RELIST_END][0] + 1]
         body = [(e.type, e.object["metadata"]["name"]) for e in second[1:-1]]
+        first_end = next(e for e in got if e.type == RELIST_END)
+        # a relist from a known version: only changes follow, so it says nothing about unchanged objects
+        assert second[0].resource_version == first_end.resource_version != ""
+        assert second[-1].sent == 3
         assert sorted(body) == [("ADDED", "new"), ("DELETED", "vanish"), ("MODIFIED", "change")]
         tomb = next(e.object for e in second if e.type == "DELETED")
         assert tomb["metadata"]["uid"] == vanish_uid and tomb["kind"] == "Pod" and tomb["apiVersion"] == "v1"
@@ -134,6 +139,7 @@ def test_namespace_limited_reflector_lists_and_watches_one_namespace(api, refere
         api.put("", "v1", "pods", objects.pod(reference, "mine-2", namespace="team-a"))
         wait_for(lambda: "mine-2" in pods(got))
         assert pods(got) == ["mine", "mine-2"]
+        assert {e.namespace for e in got if e.type in (RELIST_BEGIN, RELIST_END)} == {"team-a"}
         assert all(p.startswith("/api/v1/namespaces/team-a/pods") for p, _ in api.requests if "pods" in p)
 
 

@@ -64,9 +64,10 @@ def test_k8s_event_rows_keep_the_object_exactly(con) -> None:
                       "f": 0.30000000000000004, "big": 9007199254740993}}
     seen = datetime(2026, 3, 1, 12, 0, 1, 250000, tzinfo=UTC)
     recs = [(K, 2, 10, K8sEvent("c1", "ADDED", seen, obj).to_bytes()),
-            (K, 2, 11, K8sEvent("c1", "RELIST_BEGIN", seen, api_version="v1", kind="Pod").to_bytes()),
+            (K, 2, 11, K8sEvent("c1", "RELIST_BEGIN", seen, api_version="v1", kind="Pod", resource_version="",
+                                namespace="team").to_bytes()),
             (K, 2, 12, K8sEvent("c1", "RELIST_END", seen, api_version="v1", kind="Pod",
-                                resource_version="9").to_bytes())]
+                                resource_version="9", namespace="team", sent=1).to_bytes())]
     stats = land(con, recs)
     assert (stats.k8s_rows, stats.dead) == (3, 0)
     rows = con.execute("SELECT cluster, observed_at, event_type, api_version, kind, namespace, name, uid, "
@@ -75,8 +76,9 @@ def test_k8s_event_rows_keep_the_object_exactly(con) -> None:
     assert rows[0][:9] == ("c1", seen, "ADDED", "kueue.x-k8s.io/v1beta2", "Workload", "team", "job-a", "u-1", "77")
     assert json.loads(rows[0][9]) == obj
     assert rows[0][10:] == (2, 10)
-    assert rows[1][2:5] == ("RELIST_BEGIN", "v1", "Pod") and rows[1][9] is None
-    assert rows[2][2] == "RELIST_END" and rows[2][8] == "9"
+    assert rows[1][2:6] == ("RELIST_BEGIN", "v1", "Pod", "team") and rows[1][8] == "" and rows[1][9] is None
+    assert rows[2][2] == "RELIST_END" and rows[2][5] == "team" and rows[2][8] == "9"
+    assert json.loads(rows[2][9]) == {"sent": 1}
 
 
 def test_bad_records_become_dead_letters_and_good_ones_around_them_land(con) -> None:

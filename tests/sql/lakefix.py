@@ -43,6 +43,12 @@ class Raw:
                          md["name"], md["uid"], md["resourceVersion"], json.dumps(obj), 0, len(self.k8s)))
         return obj
 
+    def marker(self, minutes: float, marker: str, api_version: str, kind: str, resource_version: str | None,
+               namespace: str | None = None, sent: int | None = None) -> None:
+        """A RELIST_BEGIN / RELIST_END row as the pipeline lands a collector's marker (docs/records.md)."""
+        self.k8s.append((self.cluster, ts(minutes), marker, api_version, kind, namespace, None, None,
+                         resource_version, None if sent is None else json.dumps({"sent": sent}), 0, len(self.k8s)))
+
     def sample(self, minutes: float, metric: str, labels: dict[str, str], value: float) -> None:
         node = labels.get("Hostname") or labels.get("node")
         self.samples.append((self.cluster, ts(minutes), metric, json.dumps(labels), value, node, "t", "job", "i"))
