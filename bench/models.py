@@ -45,8 +45,8 @@ IB = ("node_infiniband_state_id", "node_infiniband_physical_state_id", "node_inf
 def _k8s(settings: config.Settings, work: Path, nodes: int, hours: float) -> None:
     import random
 
-    from bench.evaluate import land_files
     from collectors.simulate import DEFAULT_START, cluster, scenarios, timeline
+    from gangscope.app.evaluate import land_files
 
     clu = cluster.build(nodes, random.Random("1:cluster"))
     scn = scenarios.build("mixed", clu, 1, hours * 3600.0)

@@ -120,6 +120,8 @@ def pod_template(job: Any) -> dict[str, Any]:
     elif job.gang == "volcano":
         annotations[VOLCANO_ANNOTATION] = job.pod_group
         spec["schedulerName"] = "volcano"
+    elif job.gang == "native" and job.k8s == "1.35":
+        spec["workloadRef"] = {"name": job.workload, "podGroup": "workers"}  # + podGroupReplicaKey per pod
     elif job.gang == "native":
         spec["schedulingGroup"] = {"podGroupName": job.pod_group}
     out: dict[str, Any] = {"metadata": {}, "spec": spec}
@@ -268,6 +270,14 @@ def _policy(job: Any) -> dict[str, Any]:
 
 
 def native_workload(job: Any, created: str) -> dict[str, Any]:
+    if job.k8s == "1.35":  # v1alpha1: groups are entries of spec.podGroups, the gang policy applies per replica
+        return {"apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload",
+                "metadata": meta(job.workload, job.wl_uid, created, job.namespace),
+                "spec": {"controllerRef": {"apiGroup": "batch" if job.kind == "Job" else "jobset.x-k8s.io",
+                                           "kind": job.kind, "name": job.name},
+                         "podGroups": [{"name": "driver", "policy": {"basic": {}}},
+                                       {"name": "workers",
+                                        "policy": {"gang": {"minCount": max(1, job.pods // job.replicas)}}}]}}
     if job.k8s == "1.37":
         # The Job controller's Workload (owned by the Job) or a JobSet's (a composite over the child Job's group).
         ref = {"apiGroup": "batch" if job.kind == "Job" else "jobset.x-k8s.io", "kind": job.kind, "name": job.name}
@@ -285,6 +295,18 @@ def native_workload(job: Any, created: str) -> dict[str, Any]:
             "spec": {"controllerRef": {"apiGroup": "batch" if job.kind == "Job" else "jobset.x-k8s.io",
                                        "kind": job.kind, "name": job.name},
                      "podGroupTemplates": [{"name": "worker", "schedulingPolicy": {"gang": {"minCount": job.pods}}}]}}
+
+
+def delegated_child_job(job: Any, created: str) -> dict[str, Any]:
+    """A 1.37 JobSet's child Job that delegates to the JobSet's Workload: the Job controller gives it a PodGroup
+    only (managePodGroupOnly), found by the annotation naming the Workload's template."""
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": meta(f"{job.name}-workers-0", job.child_uid, created, job.namespace,
+                             annotations={"scheduling.k8s.io/group-template-name": job.template},
+                             labels={"jobset.sigs.k8s.io/jobset-name": job.name},
+                             ownerReferences=[owner(*_job_owner(job))]),
+            "spec": {"parallelism": job.pods, "completions": job.pods, "completionMode": "Indexed", "backoffLimit": 0,
+                     "template": pod_template(job)}}
 
 
 def native_composite(job: Any, created: str) -> dict[str, Any]:
@@ -342,6 +364,8 @@ def pod(job: Any, index: int, name: str, uid: str, created: str, cq: str | None)
     else:
         own = owner("batch/v1", "Job", job.name, job.uid)
     spec = tpl["spec"]
+    if "workloadRef" in spec:  # 1.35: the replica this pod's gang is (pods // replicas per replica)
+        spec["workloadRef"]["podGroupReplicaKey"] = str(index // max(1, job.pods // job.replicas))
     if job.kueue:
         labels["kueue.x-k8s.io/podset"] = podset_name(job)
         labels["kueue.x-k8s.io/local-queue-name"] = job.queue

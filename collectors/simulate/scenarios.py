@@ -44,7 +44,9 @@ class SimJob:
     kind: str = "Job"  # Job | JobSet
     gang: str = "none"  # none | coscheduling | volcano | native
     native_policy: str = "gang"  # gang | basic (1.37: the Job controller's default for a Job without spec.scheduling)
-    k8s: str = "1.36"  # 1.36 (v1alpha2 native objects) | 1.37 (v1beta1 + v1alpha3, Job-owned, CompositePodGroup)
+    k8s: str = "1.36"  # 1.35 (v1alpha1 Workload, pods' workloadRef) | 1.36 (v1alpha2) | 1.37 (v1beta1 + v1alpha3)
+    replicas: int = 1  # 1.35: gang replicas (podGroupReplicaKey), each its own gang of pods // replicas
+    delegated: bool = False  # 1.37 JobSet: its child Job gets a PodGroup alone, pointing at the JobSet's Workload
     kueue_gate: str = "on"  # UnadmittedWorkloadsObservability: on (granular reasons) | off (v0.19 default: Pending)
     kueue: bool = True
     kueue_api: str = "v1beta2"
@@ -125,7 +127,7 @@ class SimJob:
     def pod_group(self) -> str | None:
         if self.gang in ("coscheduling", "volcano"):
             return self.pg_name or self.name
-        if self.gang != "native":
+        if self.gang != "native" or self.k8s == "1.35":  # 1.35: no PodGroup object, pods name the Workload
             return None
         if self.k8s == "1.37" and self.kind == "Job":  # <workload>-<template>-<hash>
             return f"{self.workload}-{self.template}-{safe_hash(f'{self.workload}/{self.template}')}"
@@ -135,7 +137,7 @@ class SimJob:
     def composite(self) -> str | None:
         """1.37 JobSets of native gangs: a root CompositePodGroup over the child Job's PodGroup."""
         return f"{self.workload}-root" if self.k8s == "1.37" and self.gang == "native" and self.kind == "JobSet" \
-            else None
+            and not self.delegated else None
 
     def active_intervals(self) -> list[tuple[float, float]]:
         """Intervals when the training loop runs (throughput is reported)."""
@@ -219,6 +221,31 @@ def to_137(scn: Scenario, kueue_gate: str) -> None:
         if not j.kueue and j.gang == "none" and j.kind == "Job":
             # A root Job outside Kueue: the Job controller creates a basic Workload + PodGroup (not a gang).
             j.gang, j.native_policy = "native", "basic"
+
+
+def to_135(scn: Scenario) -> None:
+    """The same jobs and faults on Kubernetes 1.35 (variants ``<scenario>@k8s-1.35``): every gang outside Kueue
+    (coscheduling, Volcano, native) becomes a v1alpha1 Workload with a ``basic`` driver group and a ``workers``
+    gang group, its pods joining it through ``spec.workloadRef`` with a ``podGroupReplicaKey``; a JobSet of an
+    even pod count runs two replicas, each its own gang (``minCount`` = pods / 2). No PodGroup object exists."""
+    scn.variant = "1.35"
+    for j in scn.jobs:
+        if not j.kueue and j.gang in ("coscheduling", "volcano", "native"):
+            j.gang, j.k8s, j.volcano_unschedulable = "native", "1.35", False
+            j.replicas = 2 if j.kind == "JobSet" and j.pods % 2 == 0 else 1
+
+
+def delegate(scn: Scenario) -> None:
+    """1.37 delegated child Jobs (variants ``<scenario>@k8s-1.37-delegated``): every gang outside Kueue runs as a
+    JobSet that owns a native Workload; its child Job (annotated ``scheduling.k8s.io/group-template-name``) gets
+    only a PodGroup whose ``workloadRef`` names the JobSet's Workload. Call before ``to_137``."""
+    for j in scn.jobs:
+        if not j.kueue and j.gang in ("coscheduling", "volcano", "native"):
+            if j.kind == "Job":  # the same pods, now the JobSet's child Job's: <jobset>-workers-0-<i>-<suffix>
+                j.kind = "JobSet"
+                j.pod_names = [f"{j.name}-workers-0{n[len(j.name):]}" for n in j.pod_names]
+                j.pod_names2 = [f"{j.name}-workers-0{n[len(j.name):]}" for n in j.pod_names2]
+            j.gang, j.delegated, j.volcano_unschedulable = "native", True, False
 
 
 XID_TEXT = {

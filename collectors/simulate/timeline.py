@@ -131,7 +131,10 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
         tl.emit(c + 1, "ADDED", nwl)
         if j.composite:
             tl.emit(c + 1, "ADDED", o.native_composite(j, tl.ts(c + 1)))
-        pg = o.native_podgroup(j, tl.ts(c + 1))
+        if j.delegated:
+            tl.emit(c + 1, "ADDED", o.delegated_child_job(j, tl.ts(c + 1)))
+        if j.k8s != "1.35":  # 1.35 has no PodGroup object: pods name the Workload
+            pg = o.native_podgroup(j, tl.ts(c + 1))
     if pg is not None:
         tl.emit(c + 1, "ADDED", pg)
 

@@ -12,7 +12,9 @@ node pulls a 15 GB image for minutes. A variant (``<scenario>@<how>``) replays i
   in their pod-group label or annotation), so a job is never found by name equality.
 * ``healthy@slow_pull``: containers start 65-102 s after their pods are bound (a cold image pull) while the
   coscheduling timeout is 60 s: a start-up delay, not a gang fault.
-* ``<scenario>@k8s-1.37`` / ``@k8s-1.37-gate-on``: Kubernetes 1.37 + Kueue v0.19 shapes (``scenarios.to_137``).
+* ``<scenario>@k8s-1.37`` / ``@k8s-1.37-gate-on``: Kubernetes 1.37 + Kueue v0.19 shapes (``scenarios.to_137``);
+  ``@k8s-1.37-delegated``: with every gang outside Kueue a JobSet whose child Job delegates to its Workload
+  (``scenarios.delegate``); ``@k8s-1.35``: v1alpha1 Workloads with replica keys (``scenarios.to_135``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from collectors.simulate.scenarios import MIN, SCENARIOS, Scenario, SimJob, to_137
+from collectors.simulate.scenarios import MIN, SCENARIOS, Scenario, SimJob, delegate, to_135, to_137
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ class Variant:
     pg_suffix: str | None = "-pg"
     slow_pull: bool = False
     kueue_gate: str | None = None  # set: Kubernetes 1.37 + Kueue v0.19 shapes (scenarios.to_137), gate on / off
+    delegated: bool = False  # 1.37: gangs outside Kueue as JobSets whose child Jobs delegate (scenarios.delegate)
+    k8s_135: bool = False  # Kubernetes 1.35 v1alpha1 Workloads, replica keys (scenarios.to_135)
 
     def capture_at(self, scn: Scenario) -> float | None:
         """Seconds after the scenario start at which gangscope starts watching (None: from the start)."""
@@ -49,6 +53,10 @@ class Variant:
                 j.pg_name = j.name + self.pg_suffix
             if self.slow_pull:
                 j.pull_s = round(65 + 37 * rng.random())
+        if self.k8s_135:
+            to_135(scn)
+        if self.delegated:
+            delegate(scn)
         if self.kueue_gate:
             to_137(scn, self.kueue_gate)
 
@@ -81,6 +89,21 @@ VARIANTS.update({
         f"basic by default, CompositePodGroup over a JobSet), Kueue v0.19 gate {gate}, HA metrics",
         pg_suffix=None, kueue_gate=gate)
     for name in SCENARIOS if name != "mixed" for suffix, gate in (("", "off"), ("-gate-on", "on"))
+})
+# The faults outside Kueue (a Volcano gang's IB flap, coscheduling / Volcano gangs that cannot schedule, healthy
+# native gangs) on delegated child Jobs (1.37) and on 1.35 v1alpha1 Workload replicas.
+VARIANTS.update({
+    f"{name}@k8s-1.37-delegated": Variant(
+        name, f"{name}: Kubernetes 1.37, every gang outside Kueue a JobSet whose child Job gets a PodGroup pointing at "
+        "the JobSet's Workload (delegated), Kueue v0.19 gate off", pg_suffix=None, kueue_gate="off", delegated=True)
+    for name in SCENARIOS if name != "mixed"
+})
+VARIANTS.update({
+    f"{name}@k8s-1.35": Variant(
+        name, f"{name}: Kubernetes 1.35, every gang outside Kueue a v1alpha1 Workload (basic driver + workers gang "
+        "groups), pods joining through spec.workloadRef with a podGroupReplicaKey, two replicas per JobSet",
+        pg_suffix=None, k8s_135=True)
+    for name in SCENARIOS if name != "mixed"
 })
 
 

@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "gangscope.app.backfill",
     "collectors.simulate.cli",
     "gangscope.app.sandbox",
+    "gangscope.app.evaluate",
     "pipeline.cli",
     "pipeline.models_cli",
     "reports.cli",

@@ -67,7 +67,9 @@ classified AS (
             WHEN type = 'Finished' THEN 'finished'
             WHEN type = 'DeactivationTarget' OR reason LIKE 'Deactivated%' OR reason = 'OnHold' THEN 'stopped'
             WHEN type = 'Evicted' THEN 'queue_stopped'
-            WHEN type = 'BlockedOnPreemptionGates' THEN 'waiting_preemption'
+            -- The preemption it needs is held by an external gate: the same cause whichever writer says it first
+            -- (BlockedOnPreemptionGates, QuotaReserved AdmissionGated or, gate off, Pending + the same message).
+            WHEN type = 'BlockedOnPreemptionGates' THEN 'admission_gated'
             WHEN type = 'Admitted' AND reason = 'PendingDelayedTopologyRequests' THEN 'delayed_topology'
             WHEN type = 'Admitted' AND reason IN ('UnsatisfiedAdmissionChecks', 'UnsatisfiedChecks',
                                                   'NoReservationUnsatisfiedChecks') THEN 'admission_check'
@@ -91,7 +93,8 @@ classified AS (
             WHEN reason IN ('AdmissionGated', 'PreemptionGated') OR message LIKE 'Admission is gated by%'
               OR message LIKE '%requires preemption, but it''s gated%' THEN 'admission_gated'
             WHEN reason = 'Suspended' OR regexp_matches(message, '(LocalQueue|ClusterQueue) \S+ is inactive') THEN 'queue_inactive'
-            WHEN regexp_matches(message, '(LocalQueue|ClusterQueue) \S+ is stopped') THEN 'queue_stopped'
+            WHEN regexp_matches(message, '(LocalQueue|ClusterQueue) \S+ is stopped|^The (LocalQueue|ClusterQueue) is stopped')
+                THEN 'queue_stopped'
             WHEN reason = 'Misconfigured'
               OR regexp_matches(message, '(LocalQueue|ClusterQueue) \S+ (doesn''t exist|not found|is terminating or missing)'
                                          || '|doesn''t match ClusterQueue selector|invalid namespace selector'
@@ -100,6 +103,12 @@ classified AS (
             WHEN reason IN ('WaitingForPodsReady', 'Waiting') THEN 'waiting_pods_ready'
             WHEN reason = 'PendingEvaluation' OR message LIKE 'Workload is pending evaluation%'
               OR message LIKE 'AdmissionGatedBy cleared%' OR message LIKE 'A more favorable variant%'
+              OR message LIKE 'The workload has failed admission checks%'
+              -- Requeued after an eviction, the jobframework writes the eviction's own message (gate off: Pending);
+              -- the eviction itself is judged from the Evicted / Preempted conditions.
+              OR regexp_matches(message, '^(Preempted to accommodate|Exceeded the PodsReady timeout|Evicted due to '
+                                         || 'AdmissionChecks? in Retry state|Workload eviction triggered due to|Workload '
+                                         || 'was evicted as there was no replacement|Evicted to accommodate a workload)')
                 THEN 'pending_evaluation'
         END AS cause,
         CASE WHEN reason IN ('WaitingForQuota', 'ExceedsMaxQuota', 'NoMatchingFlavor', 'TopologyPlacementFailed',

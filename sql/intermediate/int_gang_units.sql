@@ -1,8 +1,8 @@
 -- One gang model for every system: one row per gang unit and whether it is assembled. A unit is a
 -- coscheduling / Volcano PodGroup, a native leaf PodGroup (1.36 / 1.37), a 1.35 v1alpha1 Workload pod group
 -- replica (Workload, podGroup, podGroupReplicaKey: "the policy is applied separately to each replica") or a
--- 1.37 CompositePodGroup, a gang of gangs assembled when minGroupCount of its child groups are (two levels of
--- composites under a root). A leaf is assembled when its needed members are bound to nodes (else, native, when the scheduler
+-- 1.37 CompositePodGroup, a gang of gangs assembled when minGroupCount of its child groups are (at any depth
+-- the API admits: root, up to 3 composite levels, leaf PodGroups). A leaf is assembled when its needed members are bound to nodes (else, native, when the scheduler
 -- marked it scheduled); a `basic` group (the 1.37 Job default) schedules pod by pod and needs one.
 -- column: cluster: identity
 -- column: namespace: identity
@@ -15,6 +15,8 @@
 -- column: parent: the CompositePodGroup this unit belongs to (NULL: a root)
 -- column: policy: gang or basic
 -- column: needed: members needed to be assembled: minMember / minCount pods, minGroupCount child groups, 1 for basic
+-- column: needed_pods: pods needed: a leaf's needed; a composite's fewest pods that can satisfy it, the sum of
+--   needed_pods over its minGroupCount smallest children (a gang of gangs needs only minGroupCount of them)
 -- column: members: live member pods (child groups for a composite)
 -- column: members_bound: members bound to a node (child groups assembled for a composite)
 -- column: assembled_at: when the needed-th member was bound (child group assembled), else the native scheduled
@@ -95,40 +97,53 @@ leaf AS (
     FROM leaves
 ),
 comps AS (SELECT * FROM objects WHERE unit_kind = 'composite'),
-pass1 AS (
-    -- Composites whose children are leaves.
-    SELECT c.cluster, c.namespace, c.unit, c.min_count AS needed, count(l.unit) AS members,
-           count(l.assembled_at) AS members_bound,
-           CASE WHEN count(l.assembled_at) >= coalesce(c.min_count, count(l.unit)) AND count(l.unit) > 0
-                THEN list_sort(list(l.assembled_at) FILTER (WHERE l.assembled_at IS NOT NULL))
-                         [coalesce(c.min_count, count(l.unit))] END AS assembled_at
-    FROM comps c
-    LEFT JOIN leaf l ON l.cluster = c.cluster AND l.namespace = c.namespace AND l.parent = c.unit
-    GROUP BY c.cluster, c.namespace, c.unit, c.min_count
-),
-pass2 AS (
-    -- Composites whose children are leaves or composites of leaves.
-    SELECT c.cluster, c.namespace, c.unit, c.min_count AS needed, count(k.unit) AS members,
-           count(k.assembled_at) AS members_bound,
-           CASE WHEN count(k.assembled_at) >= coalesce(c.min_count, count(k.unit)) AND count(k.unit) > 0
-                THEN list_sort(list(k.assembled_at) FILTER (WHERE k.assembled_at IS NOT NULL))
-                         [coalesce(c.min_count, count(k.unit))] END AS assembled_at
-    FROM comps c
-    LEFT JOIN (SELECT l.cluster, l.namespace, l.unit, l.parent, l.assembled_at FROM leaf l
-               UNION ALL
-               SELECT p.cluster, p.namespace, p.unit, c2.parent, p.assembled_at
-               FROM pass1 p JOIN comps c2 USING (cluster, namespace, unit)) k
-      ON k.cluster = c.cluster AND k.namespace = c.namespace AND k.parent = c.unit
-    GROUP BY c.cluster, c.namespace, c.unit, c.min_count
+tree AS (
+    -- Composites roll up from their children, level by level: iteration k is right for every composite whose
+    -- subtree is at most k composites high. The 1.37 API nests at most WorkloadMaxTreeDepth = 4 levels (root
+    -- first, leaf PodGroups last: 3 composite levels), so 4 iterations settle every tree the API admits.
+    WITH RECURSIVE r(lvl, cluster, namespace, unit, unit_kind, parent, policy, min_count, needed, members,
+                     members_bound, needed_pods, assembled_at) AS (
+        SELECT 0, cluster, namespace, unit, unit_kind, parent, policy, NULL::INTEGER, needed, members,
+               members_bound, needed, assembled_at
+        FROM leaf WHERE parent IS NOT NULL
+        UNION ALL
+        SELECT 0, cluster, namespace, unit, unit_kind, parent, coalesce(policy, 'gang'), min_count, NULL::BIGINT,
+               0::BIGINT, 0::BIGINT, NULL::BIGINT, NULL::TIMESTAMPTZ
+        FROM comps
+        UNION ALL
+        SELECT any_value(u.lvl) + 1, u.cluster, u.namespace, u.unit, u.unit_kind, u.parent, u.policy, u.min_count,
+               CASE WHEN u.unit_kind <> 'composite' THEN any_value(u.needed)
+                    WHEN u.policy = 'basic' THEN 1 ELSE coalesce(u.min_count, count(c.unit)) END,
+               CASE WHEN u.unit_kind <> 'composite' THEN any_value(u.members) ELSE count(c.unit) END,
+               CASE WHEN u.unit_kind <> 'composite' THEN any_value(u.members_bound) ELSE count(c.assembled_at) END,
+               -- The fewest pods that can satisfy it: a composite needs only minGroupCount children, so the
+               -- sum of its smallest children's needs (not the sum over every child).
+               CASE WHEN u.unit_kind <> 'composite' THEN any_value(u.needed_pods)
+                    ELSE list_sum(list_sort(list(c.needed_pods) FILTER (WHERE c.needed_pods IS NOT NULL))
+                         [1:CASE WHEN u.policy = 'basic' THEN 1 ELSE coalesce(u.min_count, count(c.unit)) END]) END,
+               CASE WHEN u.unit_kind <> 'composite' THEN any_value(u.assembled_at)
+                    WHEN count(c.unit) > 0 AND count(c.assembled_at)
+                         >= CASE WHEN u.policy = 'basic' THEN 1 ELSE coalesce(u.min_count, count(c.unit)) END
+                    THEN list_sort(list(c.assembled_at) FILTER (WHERE c.assembled_at IS NOT NULL))
+                         [CASE WHEN u.policy = 'basic' THEN 1 ELSE coalesce(u.min_count, count(c.unit)) END] END
+        FROM r u
+        LEFT JOIN r c
+          ON u.unit_kind = 'composite' AND c.cluster = u.cluster AND c.namespace = u.namespace AND c.parent = u.unit
+        WHERE u.lvl < 4
+        GROUP BY u.cluster, u.namespace, u.unit, u.unit_kind, u.parent, u.policy, u.min_count
+    )
+    SELECT * EXCLUDE (lvl) FROM r WHERE lvl = 4 AND unit_kind = 'composite'
 ),
 comp AS (
     SELECT c.cluster, c.namespace, c.obj_job AS job, c.obj_job_kind AS job_kind, c.unit, 'composite' AS unit_kind,
-           c.system, c.parent, coalesce(c.policy, 'gang') AS policy, p.needed, p.members, p.members_bound,
-           coalesce(p.assembled_at, c.scheduled_at) AS assembled_at, c.scheduled_status AS group_status,
-           c.scheduled_reason AS group_reason, c.scheduled_message AS group_message, c.created_at
-    FROM comps c JOIN pass2 p USING (cluster, namespace, unit)
+           c.system, c.parent, coalesce(c.policy, 'gang') AS policy, t.needed, t.members, t.members_bound,
+           t.needed_pods, coalesce(t.assembled_at, c.scheduled_at) AS assembled_at,
+           c.scheduled_status AS group_status, c.scheduled_reason AS group_reason,
+           c.scheduled_message AS group_message, c.created_at
+    FROM comps c JOIN tree t USING (cluster, namespace, unit)
 )
 SELECT cluster, namespace, job, job_kind, unit, unit_kind, system, parent, policy, CAST(needed AS INTEGER) AS needed,
-       CAST(members AS INTEGER) AS members, CAST(members_bound AS INTEGER) AS members_bound, assembled_at,
+       CAST(coalesce(needed_pods, needed) AS INTEGER) AS needed_pods, CAST(members AS INTEGER) AS members,
+       CAST(members_bound AS INTEGER) AS members_bound, assembled_at,
        group_status, group_reason, group_message, created_at
 FROM (SELECT * FROM leaf UNION ALL BY NAME SELECT * FROM comp)

@@ -11,8 +11,8 @@
 -- column: local_queue: LocalQueue (NULL without Kueue)
 -- column: pod_group: gang object and its system (NULL without a gang)
 -- column: gang_system: gang object and its system (NULL without a gang)
--- column: gang_size: PodGroup minMember / native minCount (summed over a job's gang units when it has several:
---   int_gang_units), else the Workload's pod count, else the pods seen
+-- column: gang_size: PodGroup minMember / native minCount (for a job of several gang units, int_gang_units, the
+--   sum of its root gang units' needed_pods: a composite counts its minGroupCount smallest children), else the Workload's pod count, else the pods seen
 -- column: schedule_timeout_s: coscheduling scheduleTimeoutSeconds (NULL elsewhere)
 -- column: pods: live (not deleted) pods, and those Running now
 -- column: pods_running: live (not deleted) pods, and those Running now
@@ -84,9 +84,10 @@ pg_job AS (
 ),
 units AS (
     -- Jobs of several gangs (CompositePodGroup, 1.35 replicas, several PodGroups): members needed is the sum over
-    -- the gang-policy leaves, and the job is assembled when every root gang unit is.
+    -- the root gang units of the fewest pods that satisfy each (a composite's minGroupCount smallest children),
+    -- and the job is assembled when every root gang unit is.
     SELECT cluster, namespace, job,
-           CAST(sum(needed) FILTER (WHERE unit_kind <> 'composite' AND policy = 'gang') AS INTEGER) AS gang_size,
+           CAST(sum(needed_pods) FILTER (WHERE parent IS NULL AND policy = 'gang') AS INTEGER) AS gang_size,
            CASE WHEN bool_and(assembled_at IS NOT NULL) FILTER (WHERE parent IS NULL AND policy = 'gang')
                 THEN max(assembled_at) FILTER (WHERE parent IS NULL AND policy = 'gang') END AS assembled_at,
            CASE WHEN count(*) FILTER (WHERE parent IS NULL) = 1 THEN max(unit) FILTER (WHERE parent IS NULL) END

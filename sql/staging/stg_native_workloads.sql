@@ -26,6 +26,9 @@ templates AS (
            || coalesce(json_extract(object, '$.spec.compositePodGroupTemplates[*].podGroupTemplates[*]'), []::JSON[])
            || coalesce(json_extract(object,
                   '$.spec.compositePodGroupTemplates[*].compositePodGroupTemplates[*].podGroupTemplates[*]'), []::JSON[])
+           -- WorkloadMaxTreeDepth = 4: leaves sit under at most 3 composite levels.
+           || coalesce(json_extract(object, '$.spec.compositePodGroupTemplates[*].compositePodGroupTemplates[*]'
+                                            || '.compositePodGroupTemplates[*].podGroupTemplates[*]'), []::JSON[])
                AS t
     FROM latest
 )

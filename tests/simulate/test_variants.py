@@ -4,7 +4,6 @@ from their jobs, cold image pulls; and the classifier keeps healthy jobs healthy
 from __future__ import annotations
 
 import json
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,8 +12,6 @@ import pytest
 from collectors.simulate import generate
 from collectors.simulate.variants import VARIANTS
 from gangscope.records import parse_rfc3339
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _events(d: Path) -> list[dict]:
@@ -95,8 +92,7 @@ def test_every_variant_names_a_scenario() -> None:
 
 @pytest.mark.parametrize("name", ["healthy@slow_pull", "healthy@running"])
 def test_healthy_variants_stay_healthy(tmp_path: Path, name: str) -> None:
-    sys.path.insert(0, str(ROOT))
-    from bench.evaluate import run_scenario
+    from gangscope.app.evaluate import run_scenario
 
     results, phantoms = run_scenario(name, 1, 16, tmp_path)
     assert phantoms == []

@@ -27,6 +27,11 @@ PREEMPT = QUOTA + ". Pending the preemption of 2 workload(s)"
 LIMITS = "resources didn't satisfy LimitRange constraints: container trainer exceeds max cpu"
 READY = "waiting for all admitted workloads to be in PodsReady condition"
 EVAL = "Workload is pending evaluation in the scheduling queue"
+EVICTED = ("Preempted to accommodate a workload (UID: 0f1e2d3c, JobUID: 9a8b7c6d) due to prioritization in the "
+           "ClusterQueue; preemptor path: /cq; preemptee path: /cq")
+CHECKS_FAILED = "The workload has failed admission checks"
+BYPASS = "Bypassed scheduling evaluation because an equivalent workload recently failed"
+GATED = "Workload requires preemption, but it's gated"
 
 
 def _qr(reason: str, message: str) -> list[dict]:
@@ -63,6 +68,24 @@ CASES: dict[str, tuple[list[dict], list[dict], str, str, str | None]] = {
               "admission_quota"),
     "evaluating": (_qr("PendingEvaluation", EVAL), _qr("Pending", EVAL), "team", "pending_evaluation", None),
     "never-evaluated": ([], [], "team", "not_evaluated", None),
+    # Requeued after an eviction: PendingEvaluation (gate on) / Pending (off) with the eviction's own message.
+    "requeued": (_qr("PendingEvaluation", EVICTED), _qr("Pending", EVICTED), "team", "pending_evaluation", None),
+    "checks-failed": (_qr("PendingEvaluation", CHECKS_FAILED), _qr("Pending", CHECKS_FAILED), "team",
+                      "pending_evaluation", None),
+    "requeued-stopped": (_qr("PendingEvaluation", "The ClusterQueue is stopped"),
+                         _qr("Pending", "The ClusterQueue is stopped"), "team", "queue_stopped", "admission_quota"),
+    # A cached NoFit reason (SchedulingEquivalenceHashing, gate on only) keeps its reason, not its message.
+    "bypassed": (_qr("WaitingForQuota", BYPASS), _qr("Pending", QUOTA), "team", "quota", "admission_quota"),
+    # Admitted=False NoReservation defers to the QuotaReserved condition.
+    "no-reservation": ([cond("Admitted", "False", "NoReservation", "The workload has no reservation", 0.2),
+                        *_qr("WaitingForQuota", QUOTA)],
+                       [cond("Admitted", "False", "NoReservation", "The workload has no reservation", 0.2),
+                        *_qr("Pending", QUOTA)], "team", "quota", "admission_quota"),
+    # Gated preemption: the scheduler's QuotaReserved reason and BlockedOnPreemptionGates, written together.
+    "preempt-gated": ([*_qr("AdmissionGated", GATED), cond("BlockedOnPreemptionGates", "True", "PreemptionGated",
+                                                           GATED, 0.2)],
+                      [*_qr("Pending", GATED), cond("BlockedOnPreemptionGates", "True", "PreemptionGated", GATED, 0.2)],
+                      "team", "admission_gated", "admission_quota"),
     "on-hold": (_qr("OnHold", "Job is on hold"), _qr("OnHold", "Job is on hold"), "team", "stopped", None),
     "deactivated": (_qr("Deactivated", "The workload is deactivated"),
                     [cond("Evicted", "True", "DeactivatedDueToRequeuingLimitExceeded",
@@ -77,7 +100,8 @@ CASES: dict[str, tuple[list[dict], list[dict], str, str, str | None]] = {
                     "admission_quota"),
     "held": ([], _qr("Pending", "LocalQueue held is stopped"), "held", "queue_stopped", "admission_quota"),
 }
-CONFIGURATION = {"flavor", "limits", "suspended", "gated", "no-queue", "inactive-cq", "held"}
+CONFIGURATION = {"flavor", "limits", "suspended", "gated", "no-queue", "inactive-cq", "held", "requeued-stopped",
+                 "preempt-gated"}
 
 
 def _queue(kind: str, name: str, ns: str | None, spec: dict, active: tuple[str, str, str]) -> dict[str, Any]:

@@ -202,6 +202,61 @@ def _replicas_135(feed: Feed, reference: Path) -> None:
                     feed.emit(_running({**p, "status": {}}, f"gpu-{key}-{i}", 0.5), 0.5)
 
 
+def _composite_deep(feed: Feed, reference: Path) -> None:
+    """A 4-level gang (WorkloadMaxTreeDepth) from the reference shapes: root CPG (minGroupCount 2) over mid-a
+    (CPG, 1) -> low-a (CPG, 1) -> leaves a1 (minCount 2, bound) / a2 (3, unbound); mid-b (CPG, 2) -> b1 (2, bound)
+    / b2 (4, half bound); and leaf c (2) straight under the root. Only some grandchildren assemble: low-a and so
+    mid-a assemble through a1 alone, mid-b does not. deep-ok: c bound too, so the root has 2 of 3 (assembled);
+    deep-stuck: c unbound, the root has 1 of 3. Fewest pods that satisfy the root: mid-a 2 + c 2 = 4 (the sum
+    over every leaf would be 13)."""
+    wl, cpg, _driver, pg_workers, _pod_driver, pod_worker = load(reference, CPG_FILE, "2026-09-02T08:00:00Z")
+    leaf_tpl = wl["spec"]["compositePodGroupTemplates"][0]["podGroupTemplates"][1]
+
+    def tpl(name: str, min_count: int) -> dict[str, Any]:
+        return {**json.loads(json.dumps(leaf_tpl)), "name": name, "schedulingPolicy": {"gang": {"minCount": min_count}}}
+
+    def ctpl(name: str, min_groups: int, **children: Any) -> dict[str, Any]:
+        return {"name": name, "schedulingPolicy": {"gang": {"minGroupCount": min_groups}},
+                "disruptionMode": {"all": {}}, **children}
+
+    spec_tree = [ctpl("root", 2, podGroupTemplates=[tpl("c", 2)], compositePodGroupTemplates=[
+        ctpl("mid-a", 1, compositePodGroupTemplates=[
+            ctpl("low-a", 1, podGroupTemplates=[tpl("a1", 2), tpl("a2", 3)])]),
+        ctpl("mid-b", 2, podGroupTemplates=[tpl("b1", 2), tpl("b2", 4)])])]
+    # (group, kind, parent, minCount / minGroupCount, pods bound in deep-ok / deep-stuck, pods in all)
+    groups = [("root", "cpg", None, 2, 0, 0), ("mid-a", "cpg", "root", 1, 0, 0), ("low-a", "cpg", "mid-a", 1, 0, 0),
+              ("mid-b", "cpg", "root", 2, 0, 0), ("a1", "pg", "low-a", 2, 2, 2), ("a2", "pg", "low-a", 3, 0, 3),
+              ("b1", "pg", "mid-b", 2, 2, 2), ("b2", "pg", "mid-b", 4, 2, 4), ("c", "pg", "root", 2, 2, 2)]
+    for job in ("deep-ok", "deep-stuck"):
+        w = variant(wl, "llm-pretrain", job)
+        w["spec"]["compositePodGroupTemplates"] = spec_tree
+        _both_versions(feed, w)
+        for name, kind, parent, need, bound, pods in groups:
+            base = cpg if kind == "cpg" else pg_workers
+            g = variant(base, base["metadata"]["name"], f"{job}-{name}")
+            g["metadata"]["ownerReferences"] = w["metadata"]["ownerReferences"]
+            g["spec"]["workloadRef"] = {"workloadName": job, "templateName": name}
+            g["spec"].pop("parentCompositePodGroupName", None)
+            if parent:
+                g["spec"]["parentCompositePodGroupName"] = f"{job}-{parent}"
+            policy = "minGroupCount" if kind == "cpg" else "minCount"
+            g["spec"]["schedulingPolicy"] = {"gang": {policy: need}}
+            if kind == "cpg":
+                feed.emit(g)
+                continue
+            g["status"] = {}  # the scheduler's condition is not what decides here: the pods' binding is
+            _both_versions(feed, g)
+            bound_here = 0 if (job == "deep-stuck" and name == "c") else bound
+            for i in range(pods):
+                p = clone_pod(pod_worker, f"{job}-{name}-{i}", f"{job}-{name}-pod-{i}", i)
+                p["spec"]["schedulingGroup"] = {"podGroupName": f"{job}-{name}"}
+                if i < bound_here:
+                    feed.emit({**p, "status": {"phase": "Pending"}}, 0.05)
+                    feed.emit(_running(p, f"gpu-{job}-{name}-{i}", 0.5), 0.5, "MODIFIED")
+                else:
+                    feed.emit(p)
+
+
 @pytest.fixture(scope="module", params=[False, True], ids=["live", "initial-list"])
 def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
           reference: Path) -> Iterator[tuple[Any, bool]]:
@@ -215,6 +270,7 @@ def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     _jobs_with_scheduling(feed, reference)
     _conditions_and_preemption(feed, reference)
     _replicas_135(feed, reference)
+    _composite_deep(feed, reference)
     feed.flush()
     raw.event(END, node("gpu-node-99", "rack-z"))  # the data's "now"
     raw.write(con)
@@ -360,3 +416,50 @@ def test_135_each_replica_is_its_own_gang(built) -> None:
     if initial_list and not _timing_is_own(con):
         pytest.skip("first seen in an initial list, assembly time needs the pods' own timestamps (issue 20)")
     assert ok["root_cause"] == "healthy"
+
+
+def _units(con, job: str) -> dict[str, tuple[Any, ...]]:
+    return {r[0].removeprefix(f"{job}-"): r[1:] for r in con.execute(
+        "SELECT unit, unit_kind, parent, needed, needed_pods, members, members_bound, assembled_at IS NOT NULL "
+        "FROM intermediate.int_gang_units WHERE job = ? ORDER BY unit", [job]).fetchall()}
+
+
+def test_composite_four_levels_only_some_grandchildren_assembled(built) -> None:
+    con, initial_list = built
+    ok, stuck = _units(con, "deep-ok"), _units(con, "deep-stuck")
+    # unit: kind, parent, needed, needed_pods, members, members_bound, assembled
+    assert ok == {"root": ("composite", None, 2, 4, 3, 2, True),
+                  "mid-a": ("composite", "deep-ok-root", 1, 2, 1, 1, True),
+                  "low-a": ("composite", "deep-ok-mid-a", 1, 2, 2, 1, True),
+                  "mid-b": ("composite", "deep-ok-root", 2, 6, 2, 1, False),
+                  "a1": ("podgroup", "deep-ok-low-a", 2, 2, 2, 2, True),
+                  "a2": ("podgroup", "deep-ok-low-a", 3, 3, 3, 0, False),
+                  "b1": ("podgroup", "deep-ok-mid-b", 2, 2, 2, 2, True),
+                  "b2": ("podgroup", "deep-ok-mid-b", 4, 4, 4, 2, False),
+                  "c": ("podgroup", "deep-ok-root", 2, 2, 2, 2, True)}
+    assert stuck["root"] == ("composite", None, 2, 4, 3, 1, False)  # only mid-a, through a1 three levels down
+    assert stuck["mid-a"][-1] and not stuck["c"][-1]
+    jobs = _jobs(con)
+    assert not [k for k in jobs if k[1].startswith(("deep-ok-", "deep-stuck-"))]  # no job per group
+    for name in ("deep-ok", "deep-stuck"):
+        j = jobs[("ml-team", name)]
+        # the fewest pods that satisfy the root (mid-a 2 + c 2), not every leaf's minCount (13)
+        assert (j["job_kind"], j["pod_group"], j["gang_size"]) == ("JobSet", f"{name}-root", 4)
+    assert jobs[("ml-team", "deep-stuck")]["root_cause"] == "gang_assembly"
+    evidence = _findings(con)[("deep-stuck", "gang_assembly")]["evidence"]
+    stuck_units = {u["unit"] for u in evidence["gangs_not_assembled"]}
+    assert stuck_units == {"deep-stuck-root", "deep-stuck-mid-b", "deep-stuck-a2", "deep-stuck-b2", "deep-stuck-c"}
+    assert jobs[("ml-team", "deep-ok")]["state"] == "running"
+    if initial_list and not _timing_is_own(con):
+        pytest.skip("first seen in an initial list, assembly time needs the pods' own timestamps (issue 20)")
+    assert jobs[("ml-team", "deep-ok")]["root_cause"] == "healthy"
+    assert ("deep-ok", "gang_assembly") not in _findings(con)
+
+
+def test_composite_needs_only_min_group_count_children(built) -> None:
+    """gang_size of a composite whose minGroupCount is below its child count: the smallest children's sum."""
+    con, _ = built
+    rows = dict(con.execute("SELECT unit, needed_pods FROM intermediate.int_gang_units "
+                            "WHERE unit IN ('deep-ok-mid-b', 'deep-ok-root', 'llm-pretrain-root-0')").fetchall())
+    # mid-b needs both children (2 + 4); the root needs 2 of {mid-a 2, mid-b 6, c 2}; llm-pretrain 2 of {1, 4}
+    assert rows == {"deep-ok-mid-b": 6, "deep-ok-root": 4, "llm-pretrain-root-0": 5}

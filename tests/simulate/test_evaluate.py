@@ -1,0 +1,52 @@
+"""`gangscope evaluate` (issue 19): the scoring arithmetic on known outcomes, scenario selection, and one real run
+of the command (simulate -> land -> models -> diagnose) on a Kubernetes 1.35 variant."""
+
+from __future__ import annotations
+
+import pytest
+
+from gangscope.app.cli import main
+from gangscope.app.evaluate import Outcome, family, render, scores, select
+from gangscope.errors import UserError
+
+
+def test_scores_per_class_macro_f1_and_healthy_flagged() -> None:
+    out = [Outcome("a@k8s-1.37/seed=1", "ns/j1", "gang_assembly", "gang_assembly"),
+           Outcome("a@k8s-1.37/seed=1", "ns/j2", "gang_assembly", "admission_quota"),
+           Outcome("a/seed=1", "ns/j3", "healthy", "gang_assembly"),  # a healthy job flagged
+           Outcome("a/seed=1", "ns/j4", "healthy", "healthy"),
+           Outcome("a/seed=1", "ns/j5", "healthy", "missing")]  # not reported at all: not "flagged"
+    s = scores(out, phantom_jobs=1)
+    assert s.per_class["gang_assembly"] == (0.5, 0.5, 0.5, 2)
+    assert s.per_class["admission_quota"] == (0.0, 0.0, 0.0, 0)
+    p, r, f, n = s.per_class["healthy"]
+    assert (p, round(r, 3), round(f, 3), n) == (1.0, 0.333, 0.5, 3)
+    assert "gpu_fault" not in s.per_class  # neither support nor predictions: out of the macro F1
+    assert s.macro_f1 == pytest.approx((0.5 + 0.0 + 0.5) / 3)
+    assert (s.healthy_flagged, s.phantom_jobs, s.wrong) == (1, 1, 3)
+    text = render(out, s, runs=2)
+    assert text.splitlines()[-1] == "evaluate: macro_f1=0.333 healthy_flagged=1 phantom_jobs=1"
+    assert "k8s-1.37" in text and "1.36" in text  # a macro F1 per API shape when several ran
+    assert (family("gang_assembly@k8s-1.35/seed=1/nodes=16"), family("healthy@onset/seed=1")) == ("k8s-1.35", "1.36")
+
+
+def test_select_names_and_globs() -> None:
+    assert select("gang_assembly@k8s-1.3*") == ["gang_assembly@k8s-1.37", "gang_assembly@k8s-1.37-gate-on",
+                                                "gang_assembly@k8s-1.37-delegated", "gang_assembly@k8s-1.35"]
+    assert select("healthy,healthy") == ["healthy"]
+    with pytest.raises(UserError, match="no scenario or variant matches 'nope'"):
+        select("nope")
+
+
+def test_evaluate_command_scores_a_135_variant(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """gang_assembly on 1.35 v1alpha1 replicas: the two unschedulable gangs (once coscheduling / Volcano) are found
+    as gang_assembly, no healthy job is flagged, no phantom job appears."""
+    rc = main(["evaluate", "--scenarios", "gang_assembly@k8s-1.35", "--keep", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[-1] == "evaluate: macro_f1=1.000 healthy_flagged=0 phantom_jobs=0"
+    assert "runs: 1" in lines
+    rows = {ln.split()[0]: ln.split()[1:] for ln in lines if ln.strip().startswith(("gang_assembly ", "healthy "))}
+    assert rows["gang_assembly"][:3] == ["1.000", "1.000", "1.000"] and int(rows["gang_assembly"][3]) >= 3
+    assert "misclassified" not in out
