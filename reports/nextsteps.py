@@ -485,8 +485,15 @@ def _gang(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
         action = (f"{target} waits for GPUs; {best.get('node')} comes closest with {_node_gpus(best)}: "
                   "free GPUs or shrink the gang.")
     elif best:
-        action = (f"{best.get('node')} could take {target} now: look at the PodGroup {f.get('pod_group') or '-'} "
-                  "status and the scheduler's events (it may wait for its other members).")
+        # The objects say a node fits now, so the scheduler's word is older than the data or something else holds
+        # the pod back (its gang's other members, Kueue's topology assignment, a scheduling gate).
+        said = max(reasons.items(), key=lambda kv: kv[1] if isinstance(kv[1], int | float) else 0)[0] if reasons \
+            else str(pods[0].get("message") or "") if pods else ""
+        action = (f"{best.get('node')} has room for {target} now ({_node_gpus(best)}, selector, affinity and "
+                  "tolerations match), yet it is not bound" + (f" (the scheduler last said: {said})" if said else "")
+                  + ": watch whether it binds; if not, look at "
+                  + (f"the PodGroup {f['pod_group']} status, " if f.get("pod_group") else "")
+                  + "the Workload's admission and the scheduler's events.")
     elif "taint" in text and "insufficient" not in text:
         action = f"{target} targets tainted nodes: add the toleration or change its node selector."
     elif "affinity" in text or "selector" in text:
