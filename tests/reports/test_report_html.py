@@ -56,6 +56,12 @@ def test_report_escapes_cluster_strings(report_lake, tmp_path):
         assert "<script" not in doc.lower() and "<img" not in doc.lower()
         assert "&lt;script&gt;alert" in doc
     assert html.escape(lakefix.EVIL_LABEL, quote=True) in text
+    # The closest-node sentence of the gang finding: node name and taint from the cluster, escaped.
+    assert (f"{html.escape(lakefix.EVIL_NODE)}: 4 of 8 GPUs free (8 needed), taint "
+            f"{html.escape(lakefix.EVIL_TAINT)} not tolerated") in text
+    for doc in (text, md):
+        assert "<svg onload" not in doc and "<b>7" not in doc
+    assert "gpu-node-&lt;b&gt;7&lt;/b&gt;" in md
 
 
 def test_report_without_models_says_so(offline_settings, tmp_path):
