@@ -1,14 +1,14 @@
--- How close each node comes to taking each unschedulable gang member, judged on the pod's own constraints as
+-- How close each node comes to taking a job's unschedulable pods, judged on the pod's own constraints as
 -- kube-scheduler does: spec.nodeSelector (every label equal), required node affinity (one nodeSelectorTerm whose
 -- matchExpressions / matchFields all hold: In, NotIn, Exists, DoesNotExist, Gt, Lt), tolerations against the
 -- node's NoSchedule / NoExecute taints, cordon and Ready, and the pod's GPUs against the node's free GPUs now.
 -- A node that fails the selector or affinity can never take the pod, so it is never among the nodes that come
 -- closest (marts.findings ranks the others by what they miss). Evaluated once per distinct constraint set
--- (members of a gang share theirs), then joined back to the pods.
--- column: cluster: the unschedulable member pod (not deleted, no node) and its job
--- column: namespace: the unschedulable member pod (not deleted, no node) and its job
--- column: job: the unschedulable member pod (not deleted, no node) and its job
--- column: pod: the unschedulable member pod (not deleted, no node) and its job
+-- (members of a gang share theirs); one row per job, constraint set and node.
+-- column: cluster: the job
+-- column: namespace: the job
+-- column: job: the job
+-- column: pods: its unschedulable pods (not deleted, no node) that share one set of constraints
 -- column: node: a live Node
 -- column: gpus_needed: GPUs the pod requests
 -- column: node_gpus: the node's allocatable GPUs
@@ -100,13 +100,13 @@ fit AS (
                 FOR o IN coalesce(json_extract(s.tols, '$[*]'), []::JSON[])] || [false])] AS untolerated_taints
     FROM shapes s JOIN nodes n USING (cluster)
 )
-SELECT p.cluster, p.namespace, p.job, p.pod, f.node, f.gpus_needed, f.node_gpus, f.free_gpus,
+SELECT p.cluster, p.namespace, p.job, p.pods, f.node, f.gpus_needed, f.node_gpus, f.free_gpus,
        len(f.sel_misses) = 0 AND coalesce(a.ok, true) AS selector_ok,
        f.sel_misses || CASE WHEN coalesce(a.ok, true) THEN [] ELSE coalesce(a.misses, []) END AS selector_misses,
        f.untolerated_taints, f.cordoned, f.not_ready,
        greatest(f.gpus_needed - f.free_gpus, 0) AS gpu_short,
        len(f.untolerated_taints) + (f.gpus_needed > f.free_gpus)::INTEGER + f.cordoned::INTEGER
            + f.not_ready::INTEGER AS misses
-FROM pods p
+FROM (SELECT cluster, namespace, job, shape, list(pod ORDER BY pod) AS pods FROM pods GROUP BY ALL) p
 JOIN fit f ON f.shape = p.shape AND f.cluster = p.cluster
 LEFT JOIN affinity a ON a.shape = p.shape AND a.cluster = p.cluster AND a.node = f.node

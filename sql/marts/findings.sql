@@ -208,7 +208,7 @@ gang_closest AS (
     FROM (
         SELECT * FROM intermediate.int_node_fit
         QUALIFY row_number() OVER (PARTITION BY cluster, namespace, job, node
-                                   ORDER BY NOT selector_ok, misses, gpu_short, pod) = 1
+                                   ORDER BY NOT selector_ok, misses, gpu_short, pods[1]) = 1
     )
     GROUP BY ALL
 ),
