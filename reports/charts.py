@@ -176,9 +176,13 @@ def time_chart(panels: list[Panel], bands: list[Band] | None = None, markers: li
         body.append(f'<text x="{x(t):.1f}" y="{bottom + fs + 3}" font-size="{fs - 1}" text-anchor="{anchor}">'
                     f'{esc(localtime.hm(datetime.fromtimestamp(t, tz=UTC)))}</text>')
     axis = localtime.axis_label(datetime.fromtimestamp(t0, tz=UTC), datetime.fromtimestamp(t1, tz=UTC))
-    body.append(f'<text x="{left + plot_w / 2:.0f}" y="{bottom + 2 * fs + 8}" font-size="{fs}" text-anchor="middle" '
-                f'class="x-label">{esc(axis)}</text>')
-    height = bottom + 2 * fs + 14
+    # A long zone name does not fit a phone's width on one line: the zone, then abbreviation and date below it.
+    head, _, rest = axis.partition(", ")
+    lines = [axis] if len(axis) * fs * 0.58 <= width - 8 or not rest else [head + ",", rest]
+    body.append(f'<text x="{width / 2:.0f}" y="{bottom + 2 * fs + 8}" font-size="{fs}" text-anchor="middle" '
+                'class="x-label">' + "".join(f'<tspan x="{width / 2:.0f}" dy="{0 if i == 0 else fs + 3}">{esc(line)}'
+                                             "</tspan>" for i, line in enumerate(lines)) + "</text>")
+    height = bottom + 2 * fs + 14 + (len(lines) - 1) * (fs + 3)
     return "".join(_head(width, height, uid, title, desc) + body + ["</svg>"])
 
 
