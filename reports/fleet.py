@@ -135,11 +135,14 @@ def previous(directory: Path, cluster: str, kind: str, fmt: str) -> tuple[dict[s
                 raise ValueError("not a version 1 summary object")
             if (entry.get("cluster"), entry.get("kind"), entry.get("format")) != (cluster, kind, fmt):
                 continue
-            at = datetime.fromisoformat(str(entry.get("generated_at")))
+            try:
+                at = datetime.fromisoformat(str(entry.get("generated_at")))
+            except ValueError:
+                raise ValueError("generated_at is not an ISO 8601 time") from None  # never echo the value
             if at.tzinfo is None:
                 raise ValueError("generated_at has no time zone")
             return _figures(entry.get("gpu_hours_lost")), at
-        except (ValueError, TypeError, OverflowError) as e:  # json.JSONDecodeError is a ValueError
+        except (ValueError, TypeError, OverflowError, RecursionError) as e:  # JSONDecodeError is a ValueError
             log.warning("previous report summary ignored (%s, line %d from the end): %s", path, back + 1, e)
     return None, None
 
@@ -150,10 +153,13 @@ def record(directory: Path, cluster: str, kind: str, fmt: str, report: Path, gen
     path = directory / SUMMARIES
     line = json.dumps({"v": 1, "cluster": cluster, "kind": kind, "format": fmt, "file": report.name,
                        "generated_at": generated_at.isoformat(), "gpu_hours_lost": figures}, sort_keys=True)
-    with path.open("a", encoding="utf-8") as f:  # one short write: appends by two reports do not interleave
-        f.write(line + "\n")
-    if path.stat().st_size > 4 * _TAIL_BYTES:
-        kept = path.read_text(encoding="utf-8", errors="replace").splitlines()[-_KEEP_LINES:]
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("\n".join(kept) + "\n", encoding="utf-8")
-        tmp.replace(path)
+    try:
+        with path.open("a", encoding="utf-8") as f:  # one short write: appends by two reports do not interleave
+            f.write(line + "\n")
+        if path.stat().st_size > 4 * _TAIL_BYTES:
+            kept = path.read_text(encoding="utf-8", errors="replace").splitlines()[-_KEEP_LINES:]
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text("\n".join(kept) + "\n", encoding="utf-8")
+            tmp.replace(path)
+    except OSError as e:  # the report is written; only the next one's trend is lost
+        log.warning("report summary not recorded in %s: %s", path, e.strerror)

@@ -146,7 +146,8 @@ def test_previous_summary_no_file_corrupt_or_hostile(tmp_path, caplog):
         json.dumps(dict(good, gpu_hours_lost={"x" * 100: 1.0})),
         json.dumps(dict(good, gpu_hours_lost={f"c{i}": 1.0 for i in range(100)})),
         json.dumps(dict(good, gpu_hours_lost=[1, 2])),
-        json.dumps(dict(good, generated_at="yesterday")),
+        json.dumps(dict(good, generated_at="<script>\nFAKE LOG LINE")),
+        "[" * 5000,
         json.dumps(dict(good, generated_at="2026-11-01T00:00:00")),
         json.dumps(dict(good, file="<script>alert(1)</script>", gpu_hours_lost={"gpu_fault": 1e400})),
         json.dumps(dict(good, gpu_hours_lost={"gpu_fault": 1.0}, pad="x" * 20000)),
@@ -166,6 +167,20 @@ def test_previous_summary_no_file_corrupt_or_hostile(tmp_path, caplog):
     assert fleet.previous(tmp_path, "other", "report", "html") == (None, None)
     assert fleet.previous(tmp_path, "default", "hourly", "html") == (None, None)
     assert fleet.previous(tmp_path, "default", "report", "md") == (None, None)
+
+
+def test_summary_file_is_cut_back_when_large(tmp_path):
+    from datetime import UTC, datetime
+
+    old = json.dumps({"v": 1, "cluster": "default", "kind": "hourly", "format": "html", "file": "x.html",
+                      "generated_at": "2026-11-01T00:00:00+00:00", "gpu_hours_lost": {"gpu_fault": 1.0},
+                      "pad": "p" * 400})
+    (tmp_path / fleet.SUMMARIES).write_text((old + "\n") * 3000)  # > 1 MiB
+    at = datetime(2026, 11, 2, tzinfo=UTC)
+    fleet.record(tmp_path, "default", "hourly", "html", tmp_path / "report.html", at, {"gpu_fault": 7.5})
+    lines = (tmp_path / fleet.SUMMARIES).read_text().splitlines()
+    assert len(lines) == 1000 and json.loads(lines[-1])["gpu_hours_lost"] == {"gpu_fault": 7.5}
+    assert fleet.previous(tmp_path, "default", "hourly", "html") == ({"gpu_fault": 7.5}, at)
 
 
 # --- a real browser --------------------------------------------------------------------------
