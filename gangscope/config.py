@@ -15,8 +15,10 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
@@ -117,6 +119,12 @@ class ScheduleSettings:
 
 
 @dataclass
+class ReportSettings:
+    # IANA time zone of every time a report shows (axis labels, tables, sentences); the axis names it.
+    timezone: str = "UTC"
+
+
+@dataclass
 class RetentionSettings:
     raw_days: float = 7.0
     marts_days: float = 90.0
@@ -172,6 +180,7 @@ class Settings:
     remote_write: RemoteWriteSettings = field(default_factory=RemoteWriteSettings)
     thresholds: Thresholds = field(default_factory=Thresholds)
     schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
+    report: ReportSettings = field(default_factory=ReportSettings)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     log: LogSettings = field(default_factory=LogSettings)
@@ -341,7 +350,19 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def report_zone(name: str) -> tzinfo:
+    """The ``tzinfo`` of an IANA zone name (``UTC`` is ``datetime.UTC``); ConfigError naming the key otherwise."""
+    if name in ("UTC", "Etc/UTC", "Z"):
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError, TypeError):
+        raise ConfigError(f"report.timezone: unknown time zone {name!r} (an IANA name such as Europe/Berlin, "
+                          "America/New_York or UTC)") from None
+
+
 def _validate(s: Settings) -> None:
+    report_zone(s.report.timezone)
     if not s.cluster:
         raise ConfigError("cluster: must not be empty")
     if s.kafka.partitions < 1:

@@ -6,6 +6,7 @@ node) on the same time axis, with the finding's onset as a dashed line across al
 effect line up by eye. Every chart has a ``<title>``, a ``<desc>`` (its text alternative), a labelled
 time axis and a labelled value axis with units. Colours are the Okabe-Ito palette (safe for the common
 colour-vision deficiencies), and lines also differ by dash, so no meaning rests on colour alone.
+Times are shown in the report's zone (``localtime``), named on the time axis.
 Each chart is drawn for a given width: the report draws it twice (phone and desktop) and shows one.
 """
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+from reports import localtime
 
 # Okabe & Ito (2008): distinguishable with protanopia, deuteranopia and tritanopia.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
@@ -100,7 +103,7 @@ def time_chart(panels: list[Panel], bands: list[Band] | None = None, markers: li
             x0, x1 = x(b.start.timestamp()), x(b.end.timestamp())
             colour = LANE_COLOURS.get(b.label, "#999999")
             body.append(f'<rect x="{x0:.1f}" y="{lane_y}" width="{max(x1 - x0, 1.5):.1f}" height="18" fill="{colour}">'
-                        f'<title>{esc(b.label)} {b.start:%H:%M}-{b.end:%H:%M} UTC</title></rect>')
+                        f'<title>{esc(b.label)} {localtime.hm(b.start)}-{esc(localtime.clock(b.end))}</title></rect>')
             if x1 - x0 > len(b.label) * fs * 0.6 + 6:
                 body.append(f'<text x="{x0 + 3:.1f}" y="{lane_y + 13}" font-size="{fs}" fill="#000">'
                             f'{esc(b.label)}</text>')
@@ -171,11 +174,15 @@ def time_chart(panels: list[Panel], bands: list[Band] | None = None, markers: li
         t = t0 + (t1 - t0) * i / (ticks - 1)
         anchor = "start" if i == 0 else ("end" if i == ticks - 1 else "middle")
         body.append(f'<text x="{x(t):.1f}" y="{bottom + fs + 3}" font-size="{fs - 1}" text-anchor="{anchor}">'
-                    f'{esc(datetime.fromtimestamp(t, tz=UTC).strftime("%H:%M"))}</text>')
-    day = datetime.fromtimestamp(t0, tz=UTC).strftime("%Y-%m-%d")
-    body.append(f'<text x="{left + plot_w / 2:.0f}" y="{bottom + 2 * fs + 8}" font-size="{fs}" text-anchor="middle" '
-                f'class="x-label">time (UTC, {esc(day)})</text>')
-    height = bottom + 2 * fs + 14
+                    f'{esc(localtime.hm(datetime.fromtimestamp(t, tz=UTC)))}</text>')
+    axis = localtime.axis_label(datetime.fromtimestamp(t0, tz=UTC), datetime.fromtimestamp(t1, tz=UTC))
+    # A long zone name does not fit a phone's width on one line: the zone, then abbreviation and date below it.
+    head, _, rest = axis.partition(", ")
+    lines = [axis] if len(axis) * fs * 0.58 <= width - 8 or not rest else [head + ",", rest]
+    body.append(f'<text x="{width / 2:.0f}" y="{bottom + 2 * fs + 8}" font-size="{fs}" text-anchor="middle" '
+                'class="x-label">' + "".join(f'<tspan x="{width / 2:.0f}" dy="{0 if i == 0 else fs + 3}">{esc(line)}'
+                                             "</tspan>" for i, line in enumerate(lines)) + "</text>")
+    height = bottom + 2 * fs + 14 + (len(lines) - 1) * (fs + 3)
     return "".join(_head(width, height, uid, title, desc) + body + ["</svg>"])
 
 

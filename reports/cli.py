@@ -142,6 +142,8 @@ def register(groups, common) -> None:
     p.add_argument("--out", metavar="PATH", help="output file (default <data>/reports/gangscope-report-<time>.<ext>)")
     p.add_argument("--since", metavar="T", help="only findings still open at or after T (RFC 3339)")
     p.add_argument("--no-build", action="store_true", help="do not build stale models first")
+    p.add_argument("--timezone", metavar="ZONE", help="IANA time zone of the report's times and chart axes, e.g. "
+                   "Europe/Berlin (env GANGSCOPE_REPORT_TIMEZONE, config report.timezone; default UTC)")
     p.set_defaults(handler=_report)
 
     p = groups["root"].add_parser(

@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from reports import charts
+from reports import charts, localtime
 from reports.lakeread import as_dt, as_json, columns, first, memo, one
 from reports.nextsteps import pct, rate
 
@@ -130,7 +130,7 @@ def _worst_node(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: di
     after = [p for p in points if onset is None or p[0] >= onset] or points
     low_t, low_v = min(after, key=lambda p: p[1])
     text = (f"{BW_SIGNALS[key[1]]} bandwidth of its worst node {key[0]}: baseline {rate(base)}, lowest "
-            f"{rate(low_v)} at {low_t:%H:%M} UTC")
+            f"{rate(low_v)} at {localtime.clock(low_t)}")
     return charts.Panel("bandwidth", "GB/s", series), text
 
 
@@ -156,8 +156,8 @@ def job_chart(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: dict
             low_t, low_v = min([p for p in vals if onset is None or p[0] >= onset] or vals, key=lambda p: p[1])
             b = median(base) if base else 0.0
             parts.append(f"throughput baseline {b:,.0f} items/s, lowest {low_v:,.0f} items/s ({pct(low_v / b)})"
-                         f" at {low_t:%H:%M} UTC" if b > 0 else
-                         f"throughput lowest {low_v:,.0f} items/s at {low_t:%H:%M} UTC")
+                         f" at {localtime.clock(low_t)}" if b > 0 else
+                         f"throughput lowest {low_v:,.0f} items/s at {localtime.clock(low_t)}")
     bw, bw_text = _worst_node(con, finding, job, t0, t1, onset)
     if bw:
         panels.append(bw)
@@ -169,10 +169,10 @@ def job_chart(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: dict
                                    + [anchor + timedelta(minutes=5)])
     lanes = _lanes(con, finding, job, preemptions, min(data_end, t1))
     if lanes:
-        parts.append("layers: " + ", ".join(f"{b.label} {b.start:%H:%M}-{b.end:%H:%M}" for b in lanes))
-    markers = [charts.Marker(f"onset {onset:%H:%M}", onset)] if onset else []
+        parts.append("layers: " + ", ".join(f"{b.label} {localtime.hm(b.start)}-{localtime.hm(b.end)}" for b in lanes))
+    markers = [charts.Marker(f"onset {localtime.hm(onset)}", onset)] if onset else []
     if onset:
-        parts.append(f"onset of {finding.get('root_cause')} at {onset:%Y-%m-%d %H:%M} UTC")
+        parts.append(f"onset of {finding.get('root_cause')} at {localtime.stamp(onset)}")
     title = f"{finding.get('namespace')}/{finding.get('job')}: time line"
     text = "; ".join(parts) + "." if parts else "no samples."
     return JobChart(charts.time_chart(panels, lanes, markers, width=760, title=title, desc=text, uid=f"{uid}w"),

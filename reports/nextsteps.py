@@ -21,6 +21,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from reports import localtime
+
 RACK_TOPOLOGY_HINT = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY_HINT = "kueue.x-k8s.io/podset-preferred-topology"
 DEBUG = "kubectl debug node/{node} -it --profile=sysadmin --image=busybox -- chroot /host"
@@ -98,7 +100,7 @@ def _dt(v: Any) -> datetime | None:
 
 def clock(v: Any) -> str:
     d = _dt(v)
-    return d.astimezone(UTC).strftime("%H:%M UTC") if d else "an unknown time"
+    return localtime.clock(d) if d else "an unknown time"
 
 
 def duration(seconds: Any) -> str:
@@ -452,20 +454,52 @@ def _gang(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
                  for r, n in sorted(reasons.items(), key=lambda kv: -(kv[1] or 0))]
         out.sentences.append("The scheduler says " + "; ".join(parts) + ".")
     closest = [c for c in _list(ev.get("closest_nodes")) if isinstance(c, dict)]
+    failing = [c for c in _list(ev.get("nodes_failing_selector")) if isinstance(c, dict)]
     if closest:
-        out.sentences.append("Closest nodes: " + ", ".join(
-            f"{c.get('node')} ({c.get('free_gpus')} GPUs free"
-            + (f", taints {', '.join(map(str, c['taints']))}" if c.get("taints") else "") + ")" for c in closest) + ".")
+        out.sentences.append("Closest nodes for the pods' selector, affinity and tolerations: "
+                             + "; ".join(_node_gap(c) for c in closest) + ".")
+    no_match = ev.get("nodes_matching_selector") == 0
+    if no_match and failing:
+        out.sentences.append("No node matches the pods' node selector / required affinity: " + "; ".join(
+            f"{c.get('node')} lacks {', '.join(map(str, _list(c.get('missing')))) or '?'}" for c in failing) + ".")
     text = " ".join(str(r).lower() for r in reasons) + " " + " ".join(str(p.get("message") or "") for p in pods)
     first = pods[0].get("pod") if pods else None
     target = f"pod {first}" if first else f"{ns}/{f.get('job')}"
-    if "taint" in text and "insufficient" not in text:
+    best = closest[0] if closest else {}
+    taints = [str(t) for t in _list(best.get("untolerated_taints"))]
+    short = _num(best.get("gpus_needed")) > _num(best.get("free_gpus"))
+    if no_match:
+        lacks = ", ".join(map(str, _list(failing[0].get("missing")))) if failing else ""
+        action = (f"No node matches {target}'s node selector / affinity"
+                  + (f" ({failing[0].get('node')} lacks {lacks})" if lacks else "")
+                  + ": fix the selector or label nodes.")
+    elif best and (taints or best.get("cordoned") or best.get("not_ready")):
+        why = ", ".join(([f"taint {', '.join(taints)} not tolerated"] if taints else [])
+                        + (["cordoned"] if best.get("cordoned") else [])
+                        + (["not Ready"] if best.get("not_ready") else []))
+        fix = ("add the toleration to the pods or remove the taint" if taints else
+               "uncordon it if its maintenance is over" if best.get("cordoned") else "bring it back to Ready")
+        action = (f"{target} targets tainted nodes: " if taints else f"{target}: ") \
+            + f"{best.get('node')} comes closest ({why}" + (f", {_node_gpus(best)}" if short else "") + f"): {fix}."
+    elif best and short:
+        action = (f"{target} waits for GPUs; {best.get('node')} comes closest with {_node_gpus(best)}: "
+                  "free GPUs or shrink the gang.")
+    elif best:
+        # The objects say a node fits now, so the scheduler's word is older than the data or something else holds
+        # the pod back (its gang's other members, Kueue's topology assignment, a scheduling gate).
+        said = max(reasons.items(), key=lambda kv: kv[1] if isinstance(kv[1], int | float) else 0)[0] if reasons \
+            else str(pods[0].get("message") or "") if pods else ""
+        action = (f"{best.get('node')} has room for {target} now ({_node_gpus(best)}, selector, affinity and "
+                  "tolerations match), yet it is not bound" + (f" (the scheduler last said: {said})" if said else "")
+                  + ": watch whether it binds; if not, look at "
+                  + (f"the PodGroup {f['pod_group']} status, " if f.get("pod_group") else "")
+                  + "the Workload's admission and the scheduler's events.")
+    elif "taint" in text and "insufficient" not in text:
         action = f"{target} targets tainted nodes: add the toleration or change its node selector."
     elif "affinity" in text or "selector" in text:
         action = f"No node matches {target}'s node selector / affinity: fix the selector or label nodes."
     elif "insufficient" in text:
-        free = f"; {closest[0].get('node')} has {closest[0].get('free_gpus')} GPUs free now" if closest else ""
-        action = f"{target} waits for GPUs{free}: free GPUs or shrink the gang."
+        action = f"{target} waits for GPUs: free GPUs or shrink the gang."
     else:
         action = f"Look at why {target} is not bound (PodGroup {f.get('pod_group') or '-'} status, events)."
     if ev.get("idle_gpus"):
@@ -474,6 +508,23 @@ def _gang(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
              + q(f"involvedObject.name={first},reason=FailedScheduling")) if first else \
         f"kubectl get pods -n {q(ns)} {_pods_of(f)} -o wide"
     out.steps.append(Step(action, check))
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
+
+
+def _node_gpus(c: dict[str, Any]) -> str:
+    text = f"{number(c.get('free_gpus'))} of {number(c.get('gpus'))} GPUs free"
+    return text + (f" ({number(c.get('gpus_needed'))} needed)"
+                   if _num(c.get("gpus_needed")) > _num(c.get("free_gpus")) else "")
+
+
+def _node_gap(c: dict[str, Any]) -> str:
+    """``gpu-node-007: 4 of 8 GPUs free (8 needed), taint nvidia.com/maintenance:NoSchedule not tolerated``."""
+    parts = [_node_gpus(c)] + [f"taint {t} not tolerated" for t in _list(c.get("untolerated_taints"))]
+    parts += (["cordoned"] if c.get("cordoned") else []) + (["not Ready"] if c.get("not_ready") else [])
+    return f"{c.get('node')}: " + ", ".join(parts)
 
 
 def _misplacement(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:

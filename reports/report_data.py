@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 import duckdb
 
 from reports import fleet as fleet_view
+from reports import localtime
 from reports.jobchart import JobChart, job_chart
 from reports.lakeread import as_dt, as_json, columns, first, forget, memo, one, rows
 from reports.nextsteps import Explained, explain
@@ -67,6 +68,7 @@ class ReportData:
     by_class: list[tuple[str, int]] = field(default_factory=list)
     fleet: fleet_view.Fleet = field(default_factory=fleet_view.Fleet)
     tables: list[Table] = field(default_factory=list)
+    zone: tzinfo = UTC  # the time zone every time is shown in (report.timezone)
 
 
 def _throughput_facts(con: duckdb.DuckDBPyConnection, finding: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -124,8 +126,16 @@ TABLE_SPECS = [
 ]
 
 
-def collect(con: duckdb.DuckDBPyConnection, cluster: str, since: datetime | None = None) -> ReportData:
-    """Everything the report shows, read from the marts."""
+def collect(con: duckdb.DuckDBPyConnection, cluster: str, since: datetime | None = None,
+            zone: tzinfo = UTC) -> ReportData:
+    """Everything the report shows, read from the marts; sentences and charts give times in ``zone``."""
+    with localtime.using(zone):
+        data = _collect(con, cluster, since)
+    data.zone = zone
+    return data
+
+
+def _collect(con: duckdb.DuckDBPyConnection, cluster: str, since: datetime | None) -> ReportData:
     forget(con)  # a fresh look at what the models built
     data = ReportData(generated_at=datetime.now(UTC).replace(microsecond=0), cluster=cluster)
     where, params = "", []

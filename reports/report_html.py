@@ -10,12 +10,11 @@ loading or running anything even if escaping were missed.
 
 from __future__ import annotations
 
-import html
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from reports import charts
+from reports import charts, localtime
 from reports.charts import esc
 from reports.nextsteps import number
 from reports.report_data import CLASS_COLOURS, SEVERITY_ORDER, JobSection, ReportData
@@ -61,7 +60,7 @@ def fmt_full(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, datetime):
-        return v.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        return localtime.stamp(v)
     if isinstance(v, (list, tuple)):
         return ", ".join(fmt(x) for x in v)
     if isinstance(v, dict):
@@ -95,9 +94,9 @@ def _fleet(data: ReportData) -> list[str]:
     total = f"{fl.total:,.1f}"
     if fl.previous is not None:
         prev = sum(fl.previous.values())
-        delta = fl.total - prev
+        delta = fl.change() or 0.0
         trend = (f' <span class="{"up" if delta > 0 else "down"}">{"+" if delta >= 0 else "−"}{abs(delta):,.1f} '
-                 f"GPU-hours</span> against the previous report ({esc(fl.previous_at)}: {prev:,.1f}).")
+                 f"GPU-hours</span> against the previous report ({esc(fmt(fl.previous_at))}: {prev:,.1f}).")
     else:
         trend = " No previous report to compare with."
     h.append(f"<p><b>{total} GPU-hours</b> lost to {len(data.flagged)} finding(s).{trend}</p>")
@@ -106,9 +105,8 @@ def _fleet(data: ReportData) -> list[str]:
         h.append(_both(charts.bar_chart, items=items, title="GPU-hours lost by root cause", unit="GPU-hours",
                        colours=CLASS_COLOURS, category="root cause", uid="fleet",
                        desc="; ".join(f"{c}: {v:,.1f} GPU-hours" for c, v in items)))
-        prev = fl.previous or {}
         rows = [(f"{cause} ({how})", f"{hours:,.1f}",
-                 f"{hours - prev.get(cause, 0.0):+,.1f}" if fl.previous is not None else "–")
+                 f"{fl.change(cause):+,.1f}" if fl.previous is not None else "–")
                 for cause, how, hours in fl.lost]
         h.append(table(["root cause (how)", "GPU-hours", "change"], rows))
     h.append("<h3>Nodes ranked by faults</h3>")
@@ -168,16 +166,19 @@ def _job(s: JobSection, i: int) -> list[str]:
 
 
 def render(data: ReportData) -> str:
-    figures = html.escape(json.dumps(data.fleet.figures(), sort_keys=True), quote=True)
+    with localtime.using(data.zone):
+        return _render(data)
+
+
+def _render(data: ReportData) -> str:
     h = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
          '<meta name="viewport" content="width=device-width, initial-scale=1">',
          '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'; '
          'img-src data:">',
-         f'<meta name="gangscope-fleet" content="{figures}">',
          f"<title>gangscope report: {esc(data.cluster)}</title><style>{CSS}</style></head><body><main>",
          f"<h1>gangscope root-cause report: cluster {esc(data.cluster)}</h1>",
          f'<p class="muted">generated {esc(fmt(data.generated_at))}. {len(data.flagged)} finding(s) need action; '
-         f"{data.healthy_jobs} job(s) healthy. Times are UTC.</p>"]
+         f"{data.healthy_jobs} job(s) healthy. Times are {esc(localtime.name())}.</p>"]
     h += _fleet(data)
     h.append('<section id="jobs"><h2>Jobs that need action</h2>')
     if data.flagged:

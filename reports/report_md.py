@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from reports import localtime
 from reports.report_data import ReportData
 from reports.report_html import fmt
 
@@ -38,15 +39,19 @@ def _table(cols: list[str], rows: list[tuple[Any, ...]]) -> str:
 
 
 def render(data: ReportData) -> str:
+    with localtime.using(data.zone):
+        return _render(data)
+
+
+def _render(data: ReportData) -> str:
     m = [f"# gangscope root-cause report: cluster {md(data.cluster)}", "",
          f"Generated {md(fmt(data.generated_at))}. {len(data.flagged)} finding(s) need action; "
-         f"{data.healthy_jobs} job(s) healthy. Times are UTC.", "", "## Fleet", ""]
+         f"{data.healthy_jobs} job(s) healthy. Times are {localtime.name()}.", "", "## Fleet", ""]
     fl = data.fleet
     if fl.built:
         line = f"- **{fl.total:,.1f} GPU-hours lost**"
         if fl.previous is not None:
-            delta = fl.total - sum(fl.previous.values())
-            line += f" ({delta:+,.1f} against the previous report, {md(fl.previous_at)})"
+            line += f" ({fl.change() or 0.0:+,.1f} against the previous report, {md(fl.previous_at)})"
         line += ": " + ", ".join(f"{md(c)} {h:,.1f}" for c, _, h in fl.lost) if fl.lost else ""
         m.append(line)
     else:

@@ -69,6 +69,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "catalog": getattr(args, "catalog", None),
         "kafka": {"bootstrap_servers": getattr(args, "bootstrap_servers", None)},
         "log": {"level": getattr(args, "log_level", None), "format": getattr(args, "log_format", None)},
+        "report": {"timezone": getattr(args, "timezone", None)},
     }
 
 

@@ -154,7 +154,8 @@ def write_reports(settings: Settings, kind: str, now: datetime | None = None) ->
     now = now or datetime.now(UTC)
     directory = reports_dir(settings)
     stamp = f"{now:%Y%m%dT%H%M%SZ}"
-    paths = [write_report(settings, fmt, directory / f"gangscope-{kind}-{stamp}.{fmt}") for fmt in ("html", "md")]
+    paths = [write_report(settings, fmt, directory / f"gangscope-{kind}-{stamp}.{fmt}", kind=kind)
+             for fmt in ("html", "md")]
     for ext in ("html", "md"):
         prune(directory, f"gangscope-{kind}-*.{ext}", settings.schedule.reports_keep)
     if settings.schedule.webhook_url:

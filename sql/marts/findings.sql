@@ -186,7 +186,7 @@ adm_f AS (
     LEFT JOIN adm_pods ap USING (cluster, namespace, job)
 ),
 gang_pods AS (
-    -- Members without a node, and the schedulable nodes with the most free GPUs (those that come closest).
+    -- Members without a node.
     SELECT p.cluster, p.namespace, p.job,
            list({'pod': p.pod, 'gpus': p.gpus, 'message': p.unscheduled_message, 'gates': p.scheduling_gates}
                 ORDER BY p.pod) AS pods
@@ -195,15 +195,21 @@ gang_pods AS (
     GROUP BY ALL
 ),
 gang_closest AS (
-    SELECT g.cluster, g.namespace, g.job,
-           list({'node': f.node, 'free_gpus': f.free_gpus,
-                 'taints': list_transform(CAST(f.taints AS JSON[]),
-                                          t -> (t->>'$.key') || coalesce('=' || (t->>'$.value'), '') || ':' || (t->>'$.effect'))}
-                ORDER BY f.free_gpus DESC, f.node)[1:3] AS nodes
-    FROM intermediate.int_gang g
-    JOIN j USING (cluster, namespace, job)
-    JOIN intermediate.int_free_gpus f ON f.cluster = g.cluster AND f.schedulable
-    WHERE g.timed_out AND f.free_gpus > 0 AND NOT list_contains(coalesce(j.nodes, []), f.node)
+    -- The nodes that come closest to taking the job's unschedulable members (int_node_fit): only nodes that match
+    -- the pods' node selector and required affinity, fewest blocking reasons first, then the smallest GPU shortfall,
+    -- the most free GPUs; each with what it lacks. Nodes failing the selector are kept apart, with what they lack.
+    SELECT cluster, namespace, job,
+           (list({'node': node, 'gpus': node_gpus, 'free_gpus': free_gpus, 'gpus_needed': gpus_needed,
+                 'untolerated_taints': untolerated_taints, 'cordoned': cordoned, 'not_ready': not_ready}
+                ORDER BY misses, gpu_short, free_gpus DESC, node) FILTER (WHERE selector_ok))[1:3] AS nodes,
+           count(*) FILTER (WHERE selector_ok) AS matching,
+           (list({'node': node, 'missing': selector_misses} ORDER BY len(selector_misses), node)
+               FILTER (WHERE NOT selector_ok))[1:3] AS failing
+    FROM (
+        SELECT * FROM intermediate.int_node_fit
+        QUALIFY row_number() OVER (PARTITION BY cluster, namespace, job, node
+                                   ORDER BY NOT selector_ok, misses, gpu_short, pods[1]) = 1
+    )
     GROUP BY ALL
 ),
 stuck_units AS (
@@ -229,7 +235,8 @@ gang_f AS (
                     'timeout_s': g.timeout_s, 'pod_group_phase': g.phase, 'pod_group_message': g.group_message,
                     'failed_scheduling': g.failed_reasons, 'first_failed_at': g.first_failed_at,
                     'idle_gpus': g.idle_gpus, 'gangs_not_assembled': su.units,
-                    'unschedulable_pods': gp.pods, 'closest_nodes': gc.nodes}) AS evidence,
+                    'unschedulable_pods': gp.pods, 'closest_nodes': gc.nodes,
+                    'nodes_matching_selector': gc.matching, 'nodes_failing_selector': gc.failing}) AS evidence,
            format('Gang {} after {} s (timeout {} s): {}/{} pods bound, {} running{}{}{}',
                   CASE WHEN g.assembled_at IS NULL THEN 'not assembled' ELSE 'assembled only' END,
                   TRY_CAST(round(g.assembly_s) AS BIGINT), TRY_CAST(g.timeout_s AS BIGINT), g.pods_bound, g.gang_size,

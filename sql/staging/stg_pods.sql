@@ -38,6 +38,10 @@
 -- column: disruption_reason: reason of condition DisruptionTarget=True (e.g. PreemptionByScheduler)
 -- column: unscheduled_message: message of condition PodScheduled=False
 -- column: disruption_at: lastTransitionTime of condition DisruptionTarget=True
+-- column: node_selector: spec.nodeSelector (JSON object)
+-- column: required_node_terms: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+--   .nodeSelectorTerms (JSON array; a node must match one term)
+-- column: tolerations: spec.tolerations (JSON array)
 WITH ev AS (
     SELECT *, coalesce(uid, namespace || '/' || name) AS key,
            coalesce(json_extract(object, '$.status.conditions[*]'), []::JSON[]) AS conds,
@@ -145,7 +149,10 @@ SELECT
     coalesce(g.gpus, 0) AS gpus,
     c.disruption_reason,
     c.unscheduled_message,
-    c.disruption_at
+    c.disruption_at,
+    coalesce(json_extract(l.object, '$.spec.nodeSelector'), '{}'::JSON) AS node_selector,
+    coalesce(json_extract(l.object, '$.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms'), '[]'::JSON) AS required_node_terms,
+    coalesce(json_extract(l.object, '$.spec.tolerations'), '[]'::JSON) AS tolerations
 FROM latest l
 JOIN hist h USING (cluster, key)
 LEFT JOIN owners o USING (cluster, key)

@@ -15,6 +15,8 @@ T0 = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)  # Kueue + coscheduling window
 T1 = datetime(2026, 11, 27, 8, 0, tzinfo=UTC)  # native Workload/PodGroup window
 EVIL_JOB = "<script>alert(1)</script>"
 EVIL_LABEL = 'rack"><img src=x onerror=alert(2)>'
+EVIL_NODE = "gpu-node-<b>7</b>"
+EVIL_TAINT = "x/y=<svg onload=alert(3)>:NoSchedule"
 
 # The model tables the reports read, with the columns their sql/ files document (a subset where unused).
 DDL = """
@@ -116,6 +118,10 @@ def insert_jobs(con: duckdb.DuckDBPyConnection, jobs: list[tuple], base: datetim
             started = created + timedelta(minutes=15)
             evidence = {"throughput_ratio": 0.55, "nvlink_bw_ratio": 0.4, "at": started.isoformat(),
                         "topology_domains": doms, "node_label": EVIL_LABEL}
+            if cause == "gang_assembly":  # what the next step's closest-node sentences read, hostile
+                evidence["closest_nodes"] = [{"node": EVIL_NODE, "gpus": 8, "free_gpus": 4, "gpus_needed": 8,
+                                              "untolerated_taints": [EVIL_TAINT], "cordoned": False}]
+                evidence["nodes_failing_selector"] = [{"node": "n1", "missing": [f"label {EVIL_LABEL}=x"]}]
             con.execute(
                 "INSERT INTO marts.findings VALUES (?, ?, ?, 'JobSet', ?, ?, ?, ?, ?, NULL, 0.9, ?, ?, ?)",
                 [cluster, ns, job, wl, f"{job}-pg", cause, sev, started, nodes,

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import lake
+from reports import fleet
 from reports.report import write_report
 from tests.reports import lakefix
 
@@ -55,6 +56,12 @@ def test_report_escapes_cluster_strings(report_lake, tmp_path):
         assert "<script" not in doc.lower() and "<img" not in doc.lower()
         assert "&lt;script&gt;alert" in doc
     assert html.escape(lakefix.EVIL_LABEL, quote=True) in text
+    # The closest-node sentence of the gang finding: node name and taint from the cluster, escaped.
+    assert (f"{html.escape(lakefix.EVIL_NODE)}: 4 of 8 GPUs free (8 needed), taint "
+            f"{html.escape(lakefix.EVIL_TAINT)} not tolerated") in text
+    for doc in (text, md):
+        assert "<svg onload" not in doc and "<b>7" not in doc
+    assert "gpu-node-&lt;b&gt;7&lt;/b&gt;" in md
 
 
 def test_report_without_models_says_so(offline_settings, tmp_path):
@@ -87,27 +94,93 @@ def test_markdown_reads_as_what_why_next(report_lake, sim_lakes, tmp_path):
             assert "kubectl " in lines[2]
 
 
-def test_fleet_trend_against_the_previous_report(sim_lakes, tmp_path):
+def test_fleet_trend_against_the_previous_report_under_one_file_name(sim_lakes, tmp_path):
+    """Reports overwritten under a fixed name (report.html, as the demo writes) still get their trend."""
     settings, _ = sim_lakes("mixed")
-    first = write_report(settings, "html", tmp_path / "gangscope-hourly-20261101T000500Z.html").read_text()
+    out = tmp_path / "report.html"
+    first = write_report(settings, "html", out).read_text()
     assert "No previous report to compare with" in first
-    meta = re.search(r'<meta name="gangscope-fleet" content="([^"]*)">', first)
-    figures = json.loads(html.unescape(meta.group(1)))
+    log = tmp_path / fleet.SUMMARIES
+    entry = json.loads(log.read_text().splitlines()[-1])
+    assert (entry["cluster"], entry["kind"], entry["format"], entry["file"]) == (settings.cluster, "report", "html",
+                                                                                 "report.html")
+    figures = entry["gpu_hours_lost"]
     # Every flagged class lost GPU-hours; waiting in the queue is counted for the admission classes.
     assert set(figures) == {"gpu_fault", "interconnect_degradation", "preemption", "admission_quota",
                             "admission_topology", "gang_assembly", "topology_misplacement", "unexplained_slowdown"}
     assert all(v > 0 for v in figures.values())
-    # A doctored previous report: the next one compares with it, not with itself or a later one.
-    doctored = first.replace(meta.group(0), '<meta name="gangscope-fleet" content="{&quot;gpu_fault&quot;: 1.0}">')
-    (tmp_path / "gangscope-hourly-20261101T000000Z.html").write_text(doctored.replace("gpu_fault&quot;: 1.0",
-                                                                                      "gpu_fault&quot;: 999.0"))
-    (tmp_path / "gangscope-hourly-20261101T005900Z.html").write_text(doctored)
-    (tmp_path / "gangscope-hourly-20261101T030000Z.html").write_text(doctored.replace("1.0", "5000.0"))
-    second = write_report(settings, "html", tmp_path / "gangscope-hourly-20261101T020000Z.html").read_text()
+    # The previous run's figures, doctored so the deltas are known: the next run into the same file compares with
+    # them (not with itself, nor with a report of another cluster or kind in the same directory).
+    doctored = dict(entry, gpu_hours_lost={"gpu_fault": 1.0}, generated_at="2026-11-01T00:59:00+00:00")
+    others = [dict(entry, cluster="other", gpu_hours_lost={"gpu_fault": 5000.0}),
+              dict(entry, kind="hourly", gpu_hours_lost={"gpu_fault": 5000.0})]
+    log.write_text("".join(json.dumps(e) + "\n" for e in [doctored, *others]))
+    second = write_report(settings, "html", out).read_text()
     total = sum(figures.values())
-    assert f"+{total - 1.0:,.1f} GPU-hours</span> against the previous report (20261101T005900Z: 1.0)" in second
-    md = write_report(settings, "md", tmp_path / "gangscope-hourly-20261101T020000Z.md").read_text()
-    assert f"{total - 1.0:+,.1f} against the previous report" in md
+    assert (f"+{total - 1.0:,.1f} GPU-hours</span> against the previous report (2026-11-01 00:59:00Z: 1.0)"
+            in second)
+    rows = dict(re.findall(r'<td data-label="root cause \(how\)">([a-z_]+) \(.*?</td>.*?'
+                           r'<td data-label="change">([^<]+)</td>', second))
+    assert rows["gpu_fault"] == f"{figures['gpu_fault'] - 1.0:+,.1f}"
+    assert rows["gang_assembly"] == f"{figures['gang_assembly']:+,.1f}"
+    # A third run compares with the second, i.e. with the real figures: no change.
+    assert "+0.0 GPU-hours</span> against the previous report" in write_report(settings, "html", out).read_text()
+    # Markdown keeps its own series in the same file.
+    md_out = tmp_path / "report.md"
+    assert "against the previous report" not in write_report(settings, "md", md_out).read_text()
+    assert "+0.0 against the previous report" in write_report(settings, "md", md_out).read_text()
+
+
+def test_previous_summary_no_file_corrupt_or_hostile(tmp_path, caplog):
+    """No summary file: no trend. Corrupt or hostile lines are skipped with a log line; an older valid one is used."""
+    assert fleet.previous(tmp_path, "default", "report", "html") == (None, None)
+    good = {"v": 1, "cluster": "default", "kind": "report", "format": "html", "file": "r.html",
+            "generated_at": "2026-11-01T00:00:00+00:00", "gpu_hours_lost": {"gpu_fault": 2.5}}
+    hostile = [
+        "not json at all",
+        json.dumps(["a", "list"]),
+        json.dumps(dict(good, v=2)),
+        json.dumps(dict(good, gpu_hours_lost={"gpu_fault": "12"})),
+        json.dumps(dict(good, gpu_hours_lost={"gpu_fault": float("nan")})),
+        json.dumps(dict(good, gpu_hours_lost={"gpu_fault": -5})),
+        json.dumps(dict(good, gpu_hours_lost={"x" * 100: 1.0})),
+        json.dumps(dict(good, gpu_hours_lost={f"c{i}": 1.0 for i in range(100)})),
+        json.dumps(dict(good, gpu_hours_lost=[1, 2])),
+        json.dumps(dict(good, generated_at="<script>\nFAKE LOG LINE")),
+        "[" * 5000,
+        json.dumps(dict(good, generated_at="2026-11-01T00:00:00")),
+        json.dumps(dict(good, file="<script>alert(1)</script>", gpu_hours_lost={"gpu_fault": 1e400})),
+        json.dumps(dict(good, gpu_hours_lost={"gpu_fault": 1.0}, pad="x" * 20000)),
+        "\x00\xff\xfe garbage",
+    ]
+    log = tmp_path / fleet.SUMMARIES
+    log.write_text("\n".join(hostile) + "\n", encoding="utf-8", errors="surrogateescape")
+    with caplog.at_level("WARNING", logger="reports.fleet"):
+        assert fleet.previous(tmp_path, "default", "report", "html") == (None, None)
+    ignored = [r for r in caplog.records if "previous report summary ignored" in r.getMessage()]
+    assert len(ignored) == len(hostile) and all(str(log) in r.getMessage() for r in ignored)
+    assert not any("<script>" in r.getMessage() for r in caplog.records)
+    log.write_text(json.dumps(good) + "\n" + "\n".join(hostile) + "\n")
+    figures, at = fleet.previous(tmp_path, "default", "report", "html")
+    assert figures == {"gpu_fault": 2.5} and at is not None and at.isoformat() == "2026-11-01T00:00:00+00:00"
+    # A summary of another cluster, kind or format is no previous report of this one.
+    assert fleet.previous(tmp_path, "other", "report", "html") == (None, None)
+    assert fleet.previous(tmp_path, "default", "hourly", "html") == (None, None)
+    assert fleet.previous(tmp_path, "default", "report", "md") == (None, None)
+
+
+def test_summary_file_is_cut_back_when_large(tmp_path):
+    from datetime import UTC, datetime
+
+    old = json.dumps({"v": 1, "cluster": "default", "kind": "hourly", "format": "html", "file": "x.html",
+                      "generated_at": "2026-11-01T00:00:00+00:00", "gpu_hours_lost": {"gpu_fault": 1.0},
+                      "pad": "p" * 400})
+    (tmp_path / fleet.SUMMARIES).write_text((old + "\n") * 3000)  # > 1 MiB
+    at = datetime(2026, 11, 2, tzinfo=UTC)
+    fleet.record(tmp_path, "default", "hourly", "html", tmp_path / "report.html", at, {"gpu_fault": 7.5})
+    lines = (tmp_path / fleet.SUMMARIES).read_text().splitlines()
+    assert len(lines) == 1000 and json.loads(lines[-1])["gpu_hours_lost"] == {"gpu_fault": 7.5}
+    assert fleet.previous(tmp_path, "default", "hourly", "html") == ({"gpu_fault": 7.5}, at)
 
 
 # --- a real browser --------------------------------------------------------------------------
