@@ -115,15 +115,18 @@ def ensure_topics(settings: Settings, bootstrap: str) -> dict[str, int]:
     """Create gangscope's topics with the configured partition count if they are missing; return, per topic,
     the largest record (bytes, uncompressed) to send it (``record_limits``)."""
     admin_client = admin(settings, bootstrap)
-    try:
-        existing = set(admin_client.list_topics())
-        new = [NewTopic(t, settings.kafka.partitions, 1) for t in topics(settings).values() if t not in existing]
-        if new:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                admin_client.create_topics(new)
-        return record_limits(settings, bootstrap, admin_client)
-    finally:
-        admin_client.close()
+    # Tansu closes the connection on DescribeConfigs; kafka-python's ERROR lines about it (also from its metadata
+    # refresh, until the client is closed) are not logged: the limit falls back to the setting, said once.
+    with _muted(_DESCRIBE_NOISE):
+        try:
+            existing = set(admin_client.list_topics())
+            new = [NewTopic(t, settings.kafka.partitions, 1) for t in topics(settings).values() if t not in existing]
+            if new:
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    admin_client.create_topics(new)
+            return record_limits(settings, bootstrap, admin_client)
+        finally:
+            admin_client.close()
 
 
 def record_limits(settings: Settings, bootstrap: str, admin_client: KafkaAdminClient) -> dict[str, int]:
@@ -133,10 +136,9 @@ def record_limits(settings: Settings, bootstrap: str, admin_client: KafkaAdminCl
     own = settings.kafka.max_record_bytes
     names = list(topics(settings).values())
     try:
-        with _muted(_DESCRIBE_NOISE):
-            described = admin_client.describe_configs(
-                [ConfigResource(ConfigResourceType.TOPIC, t, configs={"max.message.bytes": None}) for t in names],
-                config_filter="all")
+        described = admin_client.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t, configs={"max.message.bytes": None}) for t in names],
+            config_filter="all")
         found = described.get("topic", {})
         broker = {t: int(found[t]["max.message.bytes"]["value"]) for t in names}
     except Exception as e:  # noqa: BLE001 - any failure means: not known
@@ -152,7 +154,7 @@ def record_limits(settings: Settings, bootstrap: str, admin_client: KafkaAdminCl
     return limits
 
 
-_DESCRIBE_NOISE = ("socket disconnected", "Abort", "Connection lost")
+_DESCRIBE_NOISE = ("socket disconnected", "Abort", "Connection lost", "Metadata refresh: failed KafkaConnectionError")
 
 
 @contextlib.contextmanager
@@ -163,7 +165,7 @@ def _muted(noise: tuple[str, ...]) -> Iterator[None]:
             return not any(n in record.getMessage() for n in noise)
 
     drop = Drop()
-    loggers = [logging.getLogger(n) for n in ("kafka.net.transport", "kafka.net.connection", "kafka.conn")]
+    loggers = [logging.getLogger(n) for n in ("kafka.net.transport", "kafka.net.connection", "kafka.cluster")]
     for lg in loggers:
         lg.addFilter(drop)
     try:
