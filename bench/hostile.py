@@ -354,6 +354,8 @@ def watch_once(s: config.Settings, action: object, bootstrap: str) -> tuple[bool
     errors = _Errors()
     watched = logging.getLogger("collectors.k8s")
     watched.addHandler(errors)
+    watched.setLevel(logging.WARNING)  # (the bench logs at ERROR)
+    watched.propagate = False
     clock.configure(T0, time.time())  # observed inside the scenario's hour, as the replay cases' observedAt
     stop = threading.Event()
     coll = K8sCollector(s, Client(api.url), locked(sink), watch_timeout_s=30.0, backoff_base_s=0.1)
@@ -373,6 +375,7 @@ def watch_once(s: config.Settings, action: object, bootstrap: str) -> tuple[bool
         api.stop()
         clock.configure(None)
         watched.removeHandler(errors)
+        watched.propagate = True
         publisher.flush(60)
         publisher.close()
     crashed = f"collector logged: {errors.errors[0]}" if errors.errors else None
