@@ -1,14 +1,17 @@
-"""Benchmark: the bad-input corpus through replay and the live scraper, beside a normal scenario.
+"""Benchmark: the bad-input corpus through replay and the live collectors, beside a normal scenario.
 
 A simulated scenario (``gpu_fault``, 8 nodes, one hour) is replayed and its models built once; that lake is
 the baseline. Each case then starts from a copy of it, sends one hostile input (a watch file, a metrics file,
-or an exporter body scraped live over HTTP) through the real path (replay or Scraper -> embedded Kafka ->
-pipeline -> lake), rebuilds the models and checks:
+an exporter body scraped live over HTTP, or a hostile watch stream served by the fake API server of
+collectors/simulate/apiserver.py to the real Kubernetes collector) through the real path (replay, Scraper or
+K8sCollector -> embedded Kafka -> pipeline -> lake), rebuilds the models and checks:
 
 * clear error: the command failed with a one-line ``UserError`` (naming file and line where there is one), or
   the bad records landed in ``raw.dead_letters`` with a reason, or a scrape recorded its error;
-* crashed: any other exception, or a model build failure;
-* lost good records: rows of the baseline gone, or the good line placed beside the bad one missing;
+* crashed: any other exception, a model build failure, or (live watch) a traceback or ERROR logged by the
+  collector;
+* lost good records: rows of the baseline gone, or the good line placed beside the bad one missing (live watch:
+  a good pod listed before the hostile line and one sent after it on the same stream);
 * findings unchanged: the baseline jobs' (job, root cause) exactly as before.
 
     .venv/bin/python bench/hostile.py [--only SUBSTRING]
@@ -22,6 +25,7 @@ import argparse
 import asyncio
 import gzip
 import json
+import logging
 import shutil
 import sqlite3
 import sys
@@ -159,6 +163,47 @@ SCRAPE: list[tuple[str, str | bytes, str | None, int]] = [  # (name, body, conte
     ("1 MB garbage line", "good_metric 1\n" + "x" * (1 << 20) + "\n", None, 200),
     ("NaN-only body", "nan_metric NaN\nnan_metric{x=\"1\"} NaN\n", None, 200),
 ]
+GOOD_AFTER = "hostile-good-after"  # sent on the watch stream after the hostile line: must land too
+PODS = ("", "v1", "pods")
+EVENTS = ("", "v1", "events")
+
+
+def event_obj(name: str, message: str, when: str) -> dict:
+    return {"metadata": {"name": name, "namespace": "hostile"}, "reason": "Pulled", "message": message,
+            "involvedObject": {"kind": "Pod", "name": GOOD_POD, "namespace": "hostile"}, "lastTimestamp": when}
+
+
+def deep(n: int = 100_000) -> bytes:
+    return b'{"type": "ADDED", "object": {"metadata": {"name": "deep"}, "spec": ' + b'{"a": ' * n + b"1" + b"}" * n \
+        + b"}}"
+
+
+# (name, action on the API server): hostile watch streams for the live Kubernetes collector.
+WATCH: list[tuple[str, object]] = [
+    ("creationTimestamp year 9999", lambda api: api.put(*PODS, pod("bad", creationTimestamp="9999-12-31T23:59:59Z"))),
+    ("condition time year 1", lambda api: api.put(*PODS, {**pod("y1"), "status": {
+        "phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                            "lastTransitionTime": "0001-01-01T00:00:00Z"}]}})),
+    ("Event lastTimestamp an hour ahead",
+     lambda api: api.put(*EVENTS, event_obj("ahead", "x", "2026-11-01T01:30:00Z"))),
+    ("timestamp as epoch seconds", lambda api: api.put(*PODS, pod("num", creationTimestamp=1793500000))),
+    ("100k-deep JSON line", lambda api: api.inject(*PODS, b"[" * 100_000)),
+    ("100k-deep object", lambda api: api.inject(*PODS, deep())),
+    ("terminal escapes in an Event", lambda api: api.put(*EVENTS, event_obj("esc", "\x1b[2J\x1b]0;owned\x07", T0))),
+    ("terminal escapes in a pod", lambda api: api.put(*PODS, {**pod("esc"), "status": {
+        "phase": "Running", "message": "\x1b[31mred\x1b[0m\r\x1b[2K"}})),
+    ("20 MB object", lambda api: api.put(*PODS, pod("huge", annotations={"a": "x" * (20 << 20)}))),
+    ("10k labels on a pod", lambda api: api.put(*PODS, pod("l", labels={f"l{i}": "v" for i in range(10_000)}))),
+    ("garbage chunk line", lambda api: api.inject(*PODS, b"this is not JSON at all")),
+    ("truncated JSON line mid-stream", lambda api: api.inject(*PODS, b'{"type": "ADDED", "object": {"kind": "Pod"')),
+    ("invalid UTF-8 line",
+     lambda api: api.inject(*PODS, b'{"type": "ADDED", "object": {"metadata": {"name": "\xff"}}}')),
+    ("NUL byte line", lambda api: api.inject(*PODS, b'{"type": "ADDED",\x00 "object": {}}')),
+    ("object not a JSON object", lambda api: api.inject(*PODS, b'{"type": "ADDED", "object": "x"}')),
+    ("top-level array line", lambda api: api.inject(*PODS, b"[1, 2, 3]")),
+    ("unknown watch event type", lambda api: api.inject(*PODS, json.dumps({"type": "UPDATED",
+                                                                            "object": pod("u")}).encode())),
+]
 
 
 @dataclass
@@ -203,7 +248,8 @@ def query(s: config.Settings, sql: str) -> list[tuple]:
 def counts(s: config.Settings) -> dict:
     return dict(query(s, "SELECT 'k8s', count(*) FROM raw.k8s_objects UNION ALL SELECT 'points', count(*) FROM "
                          "raw.metric_points UNION ALL SELECT 'dead', count(*) FROM raw.dead_letters UNION ALL "
-                         "SELECT 'good_pod', count(*) FROM raw.k8s_objects WHERE name = 'hostile-good-pod' UNION ALL "
+                         "SELECT 'good_pod', count(DISTINCT name) FROM raw.k8s_objects "
+                         "WHERE name IN ('hostile-good-pod', 'hostile-good-after') UNION ALL "
                          "SELECT 'good_samples', count(*) FROM raw.metric_samples WHERE metric IN ('hostile_metric', "
                          "'good_metric')"))
 
@@ -241,6 +287,10 @@ def run_case(kind: str, content: object, s: config.Settings, work: Path, bootstr
                 out.clear, out.note = True, str(e).replace(str(work) + "/", "")
                 out.lost = sum(before[k] - v for k, v in counts(s).items() if k in ("k8s", "points"))
                 return out  # refused before publishing anything (the user fixes the file): the lake is untouched
+        elif kind == "watch":
+            out.clear, out.note, out.crashed = watch_once(s, content, bootstrap)
+            consume.run(s, bootstrap, once=True)
+            expect_good = 2  # the pod listed before the hostile line and the one sent after it
         else:
             name, body, encoding, status = content  # type: ignore[misc]
             out.clear, out.note = scrape_once(s, body, encoding, status, bootstrap)
@@ -260,9 +310,78 @@ def run_case(kind: str, content: object, s: config.Settings, work: Path, bootstr
             .replace(str(work) + "/", "")
     out.lost = max(0, before["k8s"] - after["k8s"]) + max(0, before["points"] - after["points"])
     good_now = after["good_pod"] + after["good_samples"] - before["good_pod"] - before["good_samples"]
-    if expect_good and good_now < 1:
-        out.lost += 1
+    if good_now < expect_good:
+        out.lost += expect_good - max(0, good_now)
     return out
+
+
+class _Errors(logging.Handler):
+    """ERROR records and tracebacks the collector logs (a bug, for this bench), and its warnings (notes)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        (self.errors if record.levelno >= logging.ERROR or record.exc_info else self.warnings).append(
+            record.getMessage()[:200])
+
+
+def watch_once(s: config.Settings, action: object, bootstrap: str) -> tuple[bool, str, str | None]:
+    """A good pod, the live collector watching, the hostile ``action`` on the API server, then a good pod on the
+    same stream; returns (clear: a warning said why, note, crash)."""
+    import threading
+
+    from collectors.k8s.client import Client
+    from collectors.k8s.collector import K8sCollector, locked
+    from collectors.simulate.apiserver import ApiServer
+    from gangscope import clock
+    from gangscope.transport.publish import Publisher
+
+    api = ApiServer().start()
+    api.serve(*PODS, "Pod")
+    api.serve(*EVENTS, "Event")
+    api.put(*PODS, pod())
+    seen = threading.Event()
+    publisher = Publisher(s, bootstrap)
+
+    def sink(ev) -> None:
+        if ev.object is not None and (ev.object.get("metadata") or {}).get("name") == GOOD_AFTER:
+            seen.set()
+        publisher.publish(ev)
+
+    errors = _Errors()
+    watched = logging.getLogger("collectors.k8s")
+    watched.addHandler(errors)
+    watched.setLevel(logging.WARNING)  # (the bench logs at ERROR)
+    watched.propagate = False
+    clock.configure(T0, time.time())  # observed inside the scenario's hour, as the replay cases' observedAt
+    stop = threading.Event()
+    coll = K8sCollector(s, Client(api.url), locked(sink), watch_timeout_s=30.0, backoff_base_s=0.1)
+    t = threading.Thread(target=coll.run, args=(stop,), daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (api.count_requests(watch=True, path="/api/v1/pods")
+                                                   and api.count_requests(watch=True, path="/api/v1/events")):
+            time.sleep(0.05)
+        action(api)  # type: ignore[operator]
+        api.put(*PODS, pod(GOOD_AFTER))
+        seen.wait(30)
+    finally:
+        stop.set()
+        t.join(30)
+        api.stop()
+        clock.configure(None)
+        watched.removeHandler(errors)
+        watched.propagate = True
+        publisher.flush(60)
+        publisher.close()
+    crashed = f"collector logged: {errors.errors[0]}" if errors.errors else None
+    if t.is_alive():
+        crashed = "collector did not stop"
+    return bool(errors.warnings), (errors.warnings or [""])[0], crashed
 
 
 def scrape_once(s: config.Settings, body: str | bytes, encoding: str | None, status: int,
@@ -336,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.setup("ERROR")
     cases: list[tuple[str, str, object]] = [(n, "k8s", c) for n, c in K8S] + [(n, "metrics", c) for n, c in METRICS]
     cases += [(n, "scrape", (n, b, e, st)) for n, b, e, st in SCRAPE]
+    cases += [(f"live watch: {n}", "watch", a) for n, a in WATCH]
     cases += [("a directory as --k8s", "path", None), ("a missing file as --metrics", "path", None)]
     if args.only:
         cases = [c for c in cases if args.only in c[0]]

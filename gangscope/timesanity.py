@@ -10,6 +10,7 @@ counted (by the publisher) in ``gangscope_rejected_at_edge_total``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -29,18 +30,27 @@ def _plausible_ms(ts_ms: float, received_ms: int, skew_s: float) -> bool:
     return EARLIEST_MS <= ts_ms <= received_ms + skew_s * 1000
 
 
+_MS_PER = {"seconds": 1000, "milliseconds": 1, "microseconds": 1e-3, "nanoseconds": 1e-6}
+
+
+def check_epoch(field: str, value: float, unit: str, received_ms: int, skew_s: float = DEFAULT_SKEW_S) -> str | None:
+    """Why a time given as a number of ``unit`` since 1970 is refused, or None when it is sane."""
+    if _plausible_ms(value * _MS_PER[unit], received_ms, skew_s):
+        return None
+    field = f"{field} {int(value) if math.isfinite(value) and value == int(value) else value}"
+    if value < 0:
+        return f"{field} is negative ({unit} since 1970 expected)"
+    for other, factor in _MS_PER.items():
+        if other != unit and _plausible_ms(value * factor, received_ms, skew_s):
+            return f"{field} looks like {other} ({unit} since 1970 expected)"
+    if value * _MS_PER[unit] < EARLIEST_MS:
+        return f"{field} is before 2000-01-01"
+    return f"{field} is more than {skew_s:g} s in the future of its receipt at {received_ms}"
+
+
 def check_ms(field: str, ts_ms: int, received_ms: int, skew_s: float = DEFAULT_SKEW_S) -> str | None:
     """Why a millisecond timestamp is refused, or None when it is sane."""
-    if _plausible_ms(ts_ms, received_ms, skew_s):
-        return None
-    if ts_ms < 0:
-        return f"{field} {ts_ms} is negative (milliseconds since 1970 expected)"
-    for factor, unit in ((1000, "seconds"), (1e-3, "microseconds"), (1e-6, "nanoseconds")):
-        if _plausible_ms(ts_ms * factor, received_ms, skew_s):
-            return f"{field} {ts_ms} looks like {unit} (milliseconds since 1970 expected)"
-    if ts_ms < EARLIEST_MS:
-        return f"{field} {ts_ms} is before 2000-01-01"
-    return f"{field} {ts_ms} is more than {skew_s:g} s in the future of its receipt at {received_ms}"
+    return check_epoch(field, ts_ms, "milliseconds", received_ms, skew_s)
 
 
 def check_time(field: str, ts: datetime, received: datetime, skew_s: float = DEFAULT_SKEW_S) -> str | None:

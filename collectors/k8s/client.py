@@ -139,6 +139,10 @@ class Client:
                     if line.strip():
                         yield line
             if buf.strip():  # a final line without newline is complete only if it parses
+                try:
+                    json.loads(buf)
+                except (ValueError, RecursionError):
+                    raise ApiError(0, f"watch {path}: stream ended mid-line") from None
                 yield buf
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
             raise ApiError(0, f"watch {path}: connection lost: {e}") from None

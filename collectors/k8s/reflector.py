@@ -206,8 +206,16 @@ class Reflector:
             try:
                 ev = json.loads(line)
                 etype, obj = ev["type"], ev["object"]
-            except (ValueError, KeyError, TypeError):
-                raise ApiError(0, f"watch {self.path}: undecodable line (stream cut?)") from None
+                if not isinstance(obj, dict):
+                    raise TypeError("object is not a JSON object")
+            except (ValueError, KeyError, TypeError, RecursionError) as e:
+                # A whole line that is not a watch event (a stream cut mid-line ends in ApiError instead): it lands
+                # as a dead letter with its reason, and the stream goes on, so nothing after it is lost.
+                why = "JSON nested too deep to read" if isinstance(e, RecursionError) else f"{type(e).__name__}: {e}"
+                self.sink(K8sEvent(self.cluster, "ADDED", _now(), api_version=self.resource.api_version,
+                                   kind=self.resource.kind, rejected=f"{self.resource.kind} {self.path}: undecodable "
+                                   f"watch line of {len(line)} bytes ({why[:200]}): {line[:200]!r}"))
+                continue
             got = True
             telemetry.heartbeat(f"watch-{self.resource.id}", WATCH_STALL_S)  # events and bookmarks alike
             meta = obj.get("metadata") or {}

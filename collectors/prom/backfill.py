@@ -7,6 +7,10 @@ sample with its own timestamp, exactly what remote write would have sent, where
 the 5-minute lookback). Samples are kept in ``(window start, window end]`` so adjacent windows
 never overlap, whichever way the Prometheus version closes range selectors.
 
+The window is the edge time sanity applies to (gangscope/timesanity.py): a start or end before 2000,
+further than ``clock_skew_s`` in the future, or not in milliseconds is a ``UserError`` before any query
+(a window up to year 9999 would otherwise be millions of queries); every sample read is inside it.
+
 Samples become one ``ScrapeBatch`` per (job, instance, timestamp) as a replay file's do,
 labels as stored, ``job``/``instance`` as the batch's columns (``prometheus`` when absent,
 as in remote write). Authentication and TLS like scrape targets: bearer token file, basic
@@ -19,6 +23,7 @@ import base64
 import json
 import logging
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from collectors.prom import DEFAULT_JOB
 from gangscope.errors import UserError
 from gangscope.records import ScrapeBatch
+from gangscope.timesanity import DEFAULT_SKEW_S, check_ms
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +121,20 @@ def _re_escape(name: str) -> str:
 
 
 def read_window(source: Source, selectors: Sequence[str], start_ms: int, end_ms: int, cluster: str,
-                window_ms: int = 600_000) -> Iterator[ScrapeBatch]:
-    """Samples of ``selectors`` with ``start_ms <= ts <= end_ms``, window by window in time order."""
+                window_ms: int = 600_000, skew_s: float = DEFAULT_SKEW_S) -> Iterator[ScrapeBatch]:
+    """Samples of ``selectors`` with ``start_ms <= ts <= end_ms``, window by window in time order (the window is
+    checked here, at the call, not at the first sample)."""
+    now_ms = int(time.time() * 1000)
+    for what, ts in (("start", start_ms), ("end", end_ms)):
+        if why := check_ms(f"backfill: {what}", ts, now_ms, skew_s):
+            raise UserError(why)
     if end_ms < start_ms:
         raise UserError("backfill: --end is before --start")
+    return _read(source, selectors, start_ms, end_ms, cluster, window_ms)
+
+
+def _read(source: Source, selectors: Sequence[str], start_ms: int, end_ms: int, cluster: str,
+          window_ms: int) -> Iterator[ScrapeBatch]:
     lo = start_ms - 1
     while lo < end_ms:
         hi = min(lo + window_ms, end_ms)

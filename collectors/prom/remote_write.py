@@ -12,6 +12,12 @@ Kafka did not acknowledge within ``ack_timeout_s``, or the service is stopping (
 retries). On a timeout the request's records not sent yet are withdrawn; one already in flight
 may still land, so a retried request can land twice: identical samples, which staging reads once.
 
+Time sanity (gangscope/timesanity.py, as for scrapes): samples stamped before 2000, further than
+``clock_skew_s`` in the future of the request's receipt, or in another unit than milliseconds leave
+their batch and are published as a dead letter with the reason (``raw.dead_letters``, counted in
+``gangscope_rejected_at_edge_total``); the request is still answered 204, so its sane samples land and
+Prometheus does not resend what no retry can fix.
+
 Staleness markers (the NaN with bits ``0x7ff0000000000002`` Prometheus writes when a series
 ends) are not samples and are dropped; exemplars, metadata and native histograms are ignored.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 import logging
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +36,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from collectors.prom import DEFAULT_JOB
 from gangscope.records import ScrapeBatch
+from gangscope.timesanity import DEFAULT_SKEW_S, split_refused
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +139,22 @@ def decode(body: bytes, cluster: str) -> list[ScrapeBatch]:
             for (job, instance), (names, label_sets, series_col, times, values) in groups.items()]
 
 
+def refuse_insane(batches: list[ScrapeBatch], received_ms: int, skew_s: float = DEFAULT_SKEW_S) -> list[ScrapeBatch]:
+    """``batches`` with the samples time sanity refuses moved into dead-letter batches (``rejected``) beside
+    them; a batch left without samples is dropped, the others keep their earliest sane time."""
+    out = []
+    for b in batches:
+        refused = split_refused(b, received_ms, skew_s, where="remote write: ")
+        if refused is None:
+            out.append(b)
+            continue
+        out.append(refused)
+        if b.sample_ts_ms:
+            b.scraped_at_ms = min(b.sample_ts_ms)  # type: ignore[type-var]
+            out.append(b)
+    return out
+
+
 Reply = tuple[int, dict[str, str], bytes]
 
 
@@ -142,9 +166,11 @@ class Receiver:
     """
 
     def __init__(self, publisher: Any, cluster: str, ack_timeout_s: float = 20.0, max_buffered: int = 50_000,
-                 retry_after_s: int = 5) -> None:
+                 retry_after_s: int = 5, skew_s: float = DEFAULT_SKEW_S) -> None:
         self.publisher = publisher
         self.cluster = cluster
+        self.skew_s = skew_s
+        self._refused_logged: set[tuple[str, str]] = set()
         self.ack_timeout_s = ack_timeout_s
         self.max_buffered = max_buffered
         self.retry_after_s = retry_after_s
@@ -152,6 +178,7 @@ class Receiver:
         self.samples = 0
         self.requests = 0
         self.rejected = 0
+        self.refused_samples = 0  # refused by time sanity (dead letters)
 
     def close(self) -> None:
         self._closed.set()
@@ -182,11 +209,18 @@ class Receiver:
             return 415, text, b"expected Content-Encoding snappy\n"
         if self._closed.is_set():
             return self._retry("the service is stopping")
+        received_ms = int(time.time() * 1000)
         try:
-            batches = decode(body, self.cluster)
+            batches = refuse_insane(decode(body, self.cluster), received_ms, self.skew_s)
         except BadRequest as e:
             log.warning("remote write refused (400): %s", e)
             return 400, text, (str(e)[:500] + "\n").encode()
+        refused = [b for b in batches if b.rejected]
+        for b in refused:
+            if (b.job, b.instance) not in self._refused_logged:  # once per target; the count is in /metrics
+                self._refused_logged.add((b.job, b.instance))
+                log.warning("remote write from job %s instance %s: sample(s) refused by time sanity: %s",
+                            b.job, b.instance, b.rejected)
         if self.publisher.buffered > self.max_buffered:
             return self._retry(f"{self.publisher.buffered} records wait for Kafka; try again")
         ticket = Ticket()
@@ -200,7 +234,8 @@ class Receiver:
             self.publisher.withdraw(ticket)
             return self._retry(ticket.failed or f"Kafka did not acknowledge within {self.ack_timeout_s:g} s")
         self.requests += 1
-        self.samples += sum(len(b.sample_value) for b in batches)
+        self.refused_samples += sum(len(b.sample_value) for b in refused)
+        self.samples += sum(len(b.sample_value) for b in batches if not b.rejected)
         return 204, {}, b""
 
 

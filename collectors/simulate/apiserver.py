@@ -7,8 +7,8 @@ GETs, ``labelSelector`` (``=``, ``==``, ``!=``, ``in``, ``notin``, exists, ``!ke
 ``metadata.namespace``, ``status.phase``), and watches: chunked JSON lines from a
 ``resourceVersion``, BOOKMARK events, ``410 Gone`` for a compacted resourceVersion (as an HTTP 410
 or as an ``ERROR`` event, see ``gone_as``), and streams dropped mid-line on demand
-(``drop_watch_after``). ``mount(prefix, handler)`` serves other GET paths from the same port
-(the sandbox's exporters).
+(``drop_watch_after``), and hostile lines sent verbatim (``inject``). ``mount(prefix, handler)``
+serves other GET paths from the same port (the sandbox's exporters).
 
 Usage::
 
@@ -40,6 +40,7 @@ from urllib.parse import parse_qs, urlparse
 GVR = tuple[str, str, str]  # group ("" for core), version, plural
 # A mounted GET handler: path and query -> (HTTP code, content type, body), or None for 404.
 Mount = Callable[[str, dict[str, list[str]]], "tuple[int, str, bytes] | None"]
+RAW = "RAW"  # a history entry that is a line sent verbatim ({"line": bytes}), not an event
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
 
@@ -208,6 +209,14 @@ class ApiServer:
             self.rv += 1
             obj["metadata"]["resourceVersion"] = str(self.rv)
             res.history.append((self.rv, "DELETED", obj))
+            self.cond.notify_all()
+
+    def inject(self, group: str, version: str, plural: str, line: bytes) -> None:
+        """Send ``line`` verbatim (plus a newline) as the next line of this resource's watch streams: garbage,
+        deep or broken JSON a collector must survive (bench/hostile.py)."""
+        with self.cond:
+            self.rv += 1
+            self.resources[(group, version, plural)].history.append((self.rv, RAW, {"line": line}))
             self.cond.notify_all()
 
     def compact(self) -> None:
@@ -407,6 +416,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._abort()
             for rv, etype, obj in pending:
                 since = rv
+                if etype == RAW:
+                    self._chunk(obj["line"] + b"\n")
+                    continue
                 if namespace and obj["metadata"].get("namespace") != namespace \
                         or not label_matches(obj, selectors[0]) or not field_matches(obj, selectors[1]):
                     continue

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,19 +13,30 @@ from collectors.replay import ReplayStats, publish_records, stderr_progress
 from gangscope.app.replay import land_published
 from gangscope.config import Settings
 from gangscope.errors import UserError
+from gangscope.timesanity import DEFAULT_SKEW_S, check_epoch, check_time
 
 
-def parse_time(text: str, what: str) -> int:
-    """RFC 3339 (``2026-11-30T08:00:00Z``) or Unix seconds, to epoch milliseconds."""
+def parse_time(text: str, what: str, skew_s: float = DEFAULT_SKEW_S) -> int:
+    """RFC 3339 (``2026-11-30T08:00:00Z``) or Unix seconds, to epoch milliseconds; a time that fails time
+    sanity (before 2000, in the future, milliseconds given for seconds) is a ``UserError`` naming the flag."""
+    now_ms = int(time.time() * 1000)
     try:
-        return round(float(text) * 1000)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        why = check_epoch(what, seconds, "seconds", now_ms, skew_s) if math.isfinite(seconds) else f"{what} {text}"
+        if why:
+            raise UserError(f"{why}: give RFC 3339 (2026-11-30T08:00:00Z) or Unix seconds")
+        return round(seconds * 1000)
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise UserError(f"{what}: expected RFC 3339 (2026-11-30T08:00:00Z) or Unix seconds, got {text!r}") from None
-    return round((dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp() * 1000)
+    dt = dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    if why := check_time(what, dt, datetime.fromtimestamp(now_ms / 1000, UTC), skew_s):
+        raise UserError(why)
+    return round(dt.timestamp() * 1000)
 
 
 def backfill(settings: Settings, source: Source, start_ms: int, end_ms: int, selectors: list[str] | None = None,
@@ -33,7 +46,8 @@ def backfill(settings: Settings, source: Source, start_ms: int, end_ms: int, sel
         from pipeline.signals import signal_map
 
         selectors = [signal_selector(signal_map(settings))]
-    records = read_window(source, selectors, start_ms, end_ms, settings.cluster, window_ms=window_ms)
+    records = read_window(source, selectors, start_ms, end_ms, settings.cluster, window_ms=window_ms,
+                          skew_s=settings.clock_skew_s)
     from gangscope.transport.broker import bootstrap_servers
 
     with bootstrap_servers(settings) as bootstrap:
@@ -80,7 +94,8 @@ def _handler(settings: Settings, args: Any) -> int:
     source = Source(args.prometheus, bearer_token_file=args.bearer_token_file, username=args.username,
                     password_file=args.password_file, ca_file=args.ca_file, cert_file=args.cert_file,
                     key_file=args.key_file, insecure_skip_verify=args.insecure_skip_verify)
-    stats = backfill(settings, source, parse_time(args.start, "--start"), parse_time(args.end, "--end"),
+    start_ms = parse_time(args.start, "--start", settings.clock_skew_s)
+    stats = backfill(settings, source, start_ms, parse_time(args.end, "--end", settings.clock_skew_s),
                      args.match, land=not args.no_land, window_ms=round(parse_duration(args.window) * 1000))
     what = "landed" if stats.landed else "published"
     print(f"backfill: {stats.metric_samples} samples in {stats.metric_batches} records {what} in "

@@ -165,7 +165,7 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
 
                 rw = settings.remote_write
                 receiver = Receiver(publisher, settings.cluster, ack_timeout_s=rw.ack_timeout_s,
-                                    max_buffered=rw.max_buffered_records)
+                                    max_buffered=rw.max_buffered_records, skew_s=settings.clock_skew_s)
                 path, handler = route(receiver)
                 routes[path] = (handler, rw.max_body_bytes)
             if telemetry is not None and settings.server.listen:

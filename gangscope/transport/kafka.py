@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError, TopicAlreadyExistsError
 from kafka.net.compat import KafkaNetClient
 
@@ -139,17 +140,73 @@ def admin(settings: Settings, bootstrap: str, timeout_s: float = 15.0) -> KafkaA
     raise made[0]
 
 
-def ensure_topics(settings: Settings, bootstrap: str) -> None:
-    """Create gangscope's topics with the configured partition count if they are missing."""
+# A record travels in a batch of its own at worst: batch header, record header, key (up to ~400 bytes).
+BATCH_OVERHEAD = 1024
+_said_no_limit: set[str] = set()  # brokers already reported as not answering DescribeConfigs
+
+
+def ensure_topics(settings: Settings, bootstrap: str) -> dict[str, int]:
+    """Create gangscope's topics with the configured partition count if they are missing; return, per topic,
+    the largest record (bytes, uncompressed) to send it (``record_limits``)."""
     admin_client = admin(settings, bootstrap)
+    # Tansu closes the connection on DescribeConfigs; kafka-python's ERROR lines about it (also from its metadata
+    # refresh, until the client is closed) are not logged: the limit falls back to the setting, said once.
+    with _muted(_DESCRIBE_NOISE):
+        try:
+            existing = set(admin_client.list_topics())
+            new = [NewTopic(t, settings.kafka.partitions, 1) for t in topics(settings).values() if t not in existing]
+            if new:
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    admin_client.create_topics(new)
+            return record_limits(settings, bootstrap, admin_client)
+        finally:
+            admin_client.close()
+
+
+def record_limits(settings: Settings, bootstrap: str, admin_client: KafkaAdminClient) -> dict[str, int]:
+    """Per topic: the smaller of ``kafka.max_record_bytes`` and the topic's ``max.message.bytes`` (DescribeConfigs,
+    less ``BATCH_OVERHEAD``), so a record the broker would refuse is a dead letter here rather than retried.
+    A broker that does not answer (the embedded Tansu closes the connection) leaves the setting, said once."""
+    own = settings.kafka.max_record_bytes
+    names = list(topics(settings).values())
     try:
-        existing = set(admin_client.list_topics())
-        new = [NewTopic(t, settings.kafka.partitions, 1) for t in topics(settings).values() if t not in existing]
-        if new:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                admin_client.create_topics(new)
+        described = admin_client.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t, configs={"max.message.bytes": None}) for t in names],
+            config_filter="all")
+        found = described.get("topic", {})
+        broker = {t: int(found[t]["max.message.bytes"]["value"]) for t in names}
+    except Exception as e:  # noqa: BLE001 - any failure means: not known
+        if bootstrap not in _said_no_limit:
+            _said_no_limit.add(bootstrap)
+            log.info("Kafka at %s did not tell its topics' max.message.bytes (%s: %s); records are checked against "
+                     "kafka.max_record_bytes (%d) only", bootstrap, type(e).__name__, str(e)[:200], own)
+        return dict.fromkeys(names, own)
+    limits = {t: min(own, max(1, v - BATCH_OVERHEAD)) for t, v in broker.items()}
+    for t, v in broker.items():
+        if limits[t] < own:
+            log.info("topic %s: max.message.bytes is %d; records over %d bytes go to the dead letter", t, v, limits[t])
+    return limits
+
+
+_DESCRIBE_NOISE = ("socket disconnected", "Abort", "Connection lost", "Metadata refresh: failed KafkaConnectionError")
+
+
+@contextlib.contextmanager
+def _muted(noise: tuple[str, ...]) -> Iterator[None]:
+    """kafka-python's connection ERROR lines (``noise``) not logged while the block runs; anything else is."""
+    class Drop(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return not any(n in record.getMessage() for n in noise)
+
+    drop = Drop()
+    loggers = [logging.getLogger(n) for n in ("kafka.net.transport", "kafka.net.connection", "kafka.cluster")]
+    for lg in loggers:
+        lg.addFilter(drop)
+    try:
+        yield
     finally:
-        admin_client.close()
+        for lg in loggers:
+            lg.removeFilter(drop)
 
 
 def producer(settings: Settings, bootstrap: str, **overrides: Any) -> KafkaProducer:

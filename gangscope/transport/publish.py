@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from kafka.errors import MessageSizeTooLargeError
+
 from gangscope import telemetry
 from gangscope.config import Settings
 from gangscope.records import K8S, SCRAPE, VERSION, K8sEvent, ScrapeBatch
@@ -76,15 +78,17 @@ class _Pending:
     key: bytes
     value: bytes
     ticket: Ticket | None = None
+    kind: str = SCRAPE
+    cluster: str = ""
+    stub: bool = False  # value is already an oversize stub
 
 
-def oversize_stub(record: K8sEvent | ScrapeBatch, size: int, limit: int) -> bytes:
-    """What travels instead of a record larger than ``kafka.max_record_bytes``: its envelope and the reason,
+def oversize_stub(kind: str, cluster: str, key: bytes, size: int, limit: int, why: str) -> bytes:
+    """What travels instead of a record over the size limit (``why`` names it): its envelope and the reason,
     so it lands in ``raw.dead_letters`` (the object or samples themselves cannot travel)."""
-    kind = K8S if isinstance(record, K8sEvent) else SCRAPE
-    what = record.key().decode(errors="replace")[:300]
-    return json.dumps({"v": VERSION, "kind": kind, "cluster": record.cluster,
-                       "rejected": f"record {what!r} of {size} bytes exceeds kafka.max_record_bytes ({limit})"},
+    what = key.decode(errors="replace")[:300]
+    return json.dumps({"v": VERSION, "kind": kind, "cluster": cluster,
+                       "rejected": f"record {what!r} of {size} bytes exceeds {why} ({limit})"},
                       separators=(",", ":")).encode()
 
 
@@ -102,6 +106,8 @@ class Publisher:
         self._max = max(1, max_buffered if max_buffered is not None else settings.k8s.buffer_max_records)
         self._window = max(1, min(WINDOW_RECORDS, self._max // 2 or 1))
         self._topics = pkafka.topics(settings)
+        # Per topic: (largest record, what sets it); the broker's max.message.bytes once connected.
+        self._limits: dict[str, tuple[int, str]] = {}
         self._overrides = {"delivery_timeout_ms": 10_000, "request_timeout_ms": 5_000, "max_block_ms": 5_000,
                            "reconnect_backoff_max_ms": 1_000, **producer_overrides}
         self._buf: deque[_Pending] = deque()
@@ -130,19 +136,15 @@ class Publisher:
         """Queue one record (counted on ``ticket``); raises only for a record that cannot be encoded (a caller
         bug) or a closed publisher."""
         if isinstance(record, K8sEvent):
-            topic = self._topics[K8S]
+            kind = K8S
         elif isinstance(record, ScrapeBatch):
-            topic = self._topics[SCRAPE]
+            kind = SCRAPE
         else:
             raise TypeError(f"cannot publish {type(record).__name__}")
-        value = record.to_bytes()
-        limit = self._settings.kafka.max_record_bytes
-        if len(value) > limit:  # refused here, with its reason, rather than retried against the broker's limit
-            value = oversize_stub(record, len(value), limit)
+        topic = self._topics[kind]
+        item = _Pending(topic, record.key(), record.to_bytes(), ticket, kind, record.cluster)
+        if self._fits(item) and record.rejected:
             telemetry.REJECTED_AT_EDGE.labels(topic).inc()
-        elif record.rejected:
-            telemetry.REJECTED_AT_EDGE.labels(topic).inc()
-        item = _Pending(topic, record.key(), value, ticket)
         with self._cond:
             if self._closing:
                 raise RuntimeError("publisher is closed")
@@ -197,6 +199,18 @@ class Publisher:
         self.close()
 
     # -- internals ---------------------------------------------------------------------
+    def _fits(self, item: _Pending) -> bool:
+        """Whether ``item`` is within its topic's size limit; if not it becomes a stub (and is counted), so it is
+        refused here with its reason rather than retried against the broker's limit. Checked when published
+        and again when sent (the broker's limit is known once connected)."""
+        limit, why = self._limits.get(item.topic, (self._settings.kafka.max_record_bytes, "kafka.max_record_bytes"))
+        if item.stub or len(item.value) <= limit:
+            return True
+        item.value = oversize_stub(item.kind, item.cluster, item.key, len(item.value), limit, why)
+        item.stub = True
+        telemetry.REJECTED_AT_EDGE.labels(item.topic).inc()
+        return False
+
     def _enforce_bound(self) -> None:
         """Drop the oldest queued records beyond the bound (caller holds the lock)."""
         over = len(self._buf) + self._inflight - self._max
@@ -231,8 +245,13 @@ class Publisher:
                 continue
         else:
             raise ConnectionError(f"no broker of {self._bootstrap} accepts connections")
-        pkafka.ensure_topics(self._settings, self._bootstrap)
-        return pkafka.producer(self._settings, self._bootstrap, **self._overrides)
+        own = self._settings.kafka.max_record_bytes
+        limits = pkafka.ensure_topics(self._settings, self._bootstrap)
+        self._limits = {t: (v, "kafka.max_record_bytes" if v >= own else f"the broker's max.message.bytes of {t}")
+                        for t, v in limits.items()}
+        # A batch of several records must fit the broker's limit too (kafka-python does not split a refused one).
+        batch = min([1 << 20, *(v for v in limits.values())])
+        return pkafka.producer(self._settings, self._bootstrap, **{"batch_size": batch, **self._overrides})
 
     def _drop_producer(self) -> None:
         if self._producer is not None:
@@ -286,6 +305,7 @@ class Publisher:
                 self._producer = self._connect()
             futures = []
             for i, item in enumerate(window):
+                self._fits(item)
                 try:
                     futures.append(self._producer.send(item.topic, item.value, key=item.key))
                 except Exception as e:  # metadata timeout, closed producer, ...
@@ -308,6 +328,10 @@ class Publisher:
                 if item.ticket is not None:
                     item.ticket._acked()
             else:
+                if isinstance(fut.exception, MessageSizeTooLargeError) and not item.stub:
+                    # The broker's limit is below what we knew (changed since, or not told): resend as a stub.
+                    self._limits[item.topic] = (len(item.value) - 1, f"the broker's max.message.bytes of {item.topic}")
+                    self._fits(item)
                 failed.append(item)
         with self._cond:
             # Offsets of one partition are acknowledged in order, so the last one wins (a broker

@@ -163,3 +163,31 @@ def test_expired_continue_token_restarts_the_list_without_duplicates(api, refere
     r._list()
     assert pods(got, "ADDED") == [f"p{i}" for i in range(5)]
     assert [e.type for e in got].count(RELIST_END) == 1
+
+
+def test_hostile_watch_lines_are_dead_letters_and_the_stream_goes_on(api, reference):
+    """Whole lines that are not watch events (garbage, 100k-deep JSON, invalid UTF-8, a non-object) each become
+    one dead letter naming the resource, the stream is not reconnected for them, and the events after them
+    arrive; a year-9999 condition time is refused by time sanity. A stream cut mid-line still resumes."""
+    api.serve("", "v1", "pods", "Pod")
+    put_pods(api, reference, ["before"])
+    bad = [b"this is not JSON", b"[" * 100_000, b'{"type": "ADDED", "object": {"metadata": {"name": "\xff"}}}',
+           b'{"type": "ADDED", "object": "x"}']
+    with running(api) as (r, got):
+        wait_for(lambda: api.count_requests(watch=True) >= 1)
+        for line in bad:
+            api.inject("", "v1", "pods", line)
+        future = objects.pod(reference, "future")
+        future["status"]["conditions"][0]["lastTransitionTime"] = "9999-12-31T23:59:59Z"
+        api.put("", "v1", "pods", future)
+        put_pods(api, reference, ["after"])
+        wait_for(lambda: "after" in pods(got))
+        assert api.count_requests(watch=True) == 1 and r.reconnects == 0
+    dead = [e.rejected for e in got if e.rejected]
+    assert len(dead) == len(bad) + 1, dead
+    assert all(d.startswith("Pod /api/v1/pods: undecodable watch line") for d in dead[:4])
+    assert "JSON nested too deep" in dead[1] and "'this is not JSON'" in dead[0]
+    assert "status.conditions[0].lastTransitionTime 9999-12-31" in dead[4]
+    assert [p for p in pods(got) if p != "future"] == ["before", "after"]
+    for e in got:
+        e.to_bytes()  # every one can travel

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from gangscope.app.cli import main
+from gangscope.transport.broker import EmbeddedBroker
 from tests.collectors_k8s.test_k8s_replay_capture import k8s_file
 
 
@@ -67,3 +73,45 @@ def test_a_clean_replay_logs_no_error_line(tmp_path, reference, capsys):
     assert main(["sql", "SELECT reason FROM raw.dead_letters", "--format", "json", "--data", str(tmp_path / "d")]) == 0
     reasons = [r["reason"] for r in json.loads(capsys.readouterr().out)]
     assert len(reasons) == 1 and "deep.jsonl:6: JSON nested too deep" in reasons[0]
+
+
+def _gangscope(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    exe = Path(sys.executable).with_name("gangscope")
+    return subprocess.Popen([str(exe), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+
+
+CANCELLED = "Metadata refresh: failed Cancelled"
+
+
+def test_replay_subprocess_has_no_cancelled_noise_but_broker_errors_still_show(tmp_path, reference, settings):
+    """`gangscope replay` as a user runs it (its own process, a real broker): kafka-python's "Metadata refresh:
+    failed Cancelled" when a client closes, and any other ERROR, are absent from stderr on clean runs; when the
+    broker dies under the landing consumer, kafka.cluster's genuine "Metadata refresh: failed ..." still shows."""
+    k8s = k8s_file(tmp_path, reference)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GANGSCOPE_")}
+    env.update({"GANGSCOPE_KAFKA_TOPIC_PREFIX": settings.kafka.topic_prefix,
+                "GANGSCOPE_PIPELINE_GROUP_ID": settings.pipeline.group_id})
+    for i in range(3):  # the Cancelled line came from a race at close: more than one chance to see it
+        p = _gangscope("replay", "--k8s", str(k8s), "--bootstrap-servers", settings.kafka.bootstrap_servers,
+                       "--data", str(tmp_path / f"d{i}"), env=env)
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+        assert "landed" in err and CANCELLED not in err, err
+        assert not [line for line in err.splitlines() if " ERROR " in line or "Traceback" in line], err
+
+    broker = EmbeddedBroker().start()
+    try:
+        p = _gangscope("replay", "--k8s", str(k8s), "--bootstrap-servers", broker.bootstrap,
+                       "--data", str(tmp_path / "dead"), env=env)
+        assert p.stderr is not None
+        lines = []
+        for line in p.stderr:  # the broker dies once the landing consumer has its partitions
+            lines.append(line)
+            if "pipeline.consume: assigned" in line:
+                broker.stop()
+        p.wait(180)
+    finally:
+        broker.stop()
+    err = "".join(lines)
+    assert CANCELLED not in err
+    assert re.search(r" ERROR kafka\.cluster: Metadata refresh: failed (?!Cancelled)\w+", err), err

@@ -166,3 +166,64 @@ def test_an_outage_is_retried_with_backoff_not_once_per_record(tmp_path) -> None
         assert pub.dropped == 0 and pub.buffered == 150
     finally:
         pub.close(0)
+
+
+@pytest.mark.both_brokers
+def test_records_over_the_brokers_limit_are_dead_letters_not_retries(settings: config.Settings, broker,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Apache Kafka: topics whose max.message.bytes (64 KiB) is below kafka.max_record_bytes (16 MiB); read at
+    connect (DescribeConfigs), the smaller one decides. Tansu does not answer DescribeConfigs: the setting
+    decides, said once in the log. Either way the oversize record is a dead letter naming the limit, and
+    records that fit, batched together past the limit, all land."""
+    from kafka.admin import NewTopic
+
+    from pipeline import consume, lake
+
+    bootstrap = settings.kafka.bootstrap_servers
+    assert bootstrap
+    limit = 64 << 10
+    k8s_topic = pkafka.topics(settings)["k8s"]
+    tansu = isinstance(broker, EmbeddedBroker)
+    if tansu:
+        settings.kafka.max_record_bytes = limit
+        pkafka._said_no_limit.discard(bootstrap)  # said once per process: earlier tests used this broker
+    else:
+        admin = pkafka.admin(settings, bootstrap)
+        try:
+            admin.create_topics([NewTopic(t, 2, 1, topic_configs={"max.message.bytes": str(limit)})
+                                 for t in pkafka.topics(settings).values()])
+        finally:
+            admin.close()
+    caplog.set_level(logging.INFO)
+
+    def pod(name: str, size: int) -> K8sEvent:
+        obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": "ns", "name": name,
+                                                               "annotations": {"a": "x" * size}}}
+        return K8sEvent("c", "ADDED", datetime(2026, 1, 1, tzinfo=UTC), obj)
+
+    with Publisher(settings, bootstrap) as pub:
+        for i in range(5):
+            pub.publish(pod(f"fits{i}", 40_000))
+        pub.publish(pod("huge", 100_000))
+        for i in range(5, 10):
+            pub.publish(pod(f"fits{i}", 40_000))
+        assert pub.flush(60)  # acknowledged, not retried: the huge one travelled as its reason
+        assert pub.published == 11
+    consume.run(settings, bootstrap, once=True)
+    con = lake.connect(settings, read_only=True)
+    try:
+        names = sorted(r[0] for r in con.execute("SELECT name FROM raw.k8s_objects").fetchall())
+        dead = [r[0] for r in con.execute("SELECT reason FROM raw.dead_letters").fetchall()]
+    finally:
+        con.close()
+    assert names == [f"fits{i}" for i in range(10)]
+    assert len(dead) == 1 and "'v1/Pod/ns/huge'" in dead[0], dead
+    said = [r.getMessage() for r in caplog.records if "max.message.bytes" in r.getMessage()]
+    if tansu:
+        assert dead[0].endswith(f"exceeds kafka.max_record_bytes ({limit})")
+        assert len(said) == 1 and "did not tell" in said[0] and f"({limit}) only" in said[0]
+    else:
+        assert dead[0].endswith(f"exceeds the broker's max.message.bytes of {k8s_topic} "
+                                f"({limit - pkafka.BATCH_OVERHEAD})")
+        assert not [m for m in said if "did not tell" in m]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
