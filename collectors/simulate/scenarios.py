@@ -388,6 +388,10 @@ def _misplacement(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float
     spread = [first[0], *a._use([other])]
     jobs.append(SimJob("gpt-13b-pretrain", "ml-research", 2, spread, 22 * MIN, "topology_misplacement",
                        22 * MIN + 45, preferred=True))
+    # The node the first run freed is taken at once (a busy cluster): a node left free would contradict the
+    # other scenarios' "Insufficient nvidia.com/gpu" for pods still pending.
+    jobs.append(SimJob("eval-harness", "ml-platform", 1, [first[1]], 21 * MIN + 30, kueue=False, required=None,
+                       tps_per_gpu=2950.0))
 
 
 def _unexplained(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float) -> None:
