@@ -24,12 +24,13 @@ from gangscope import telemetry
 from gangscope.config import Settings
 from gangscope.transport import kafka as pkafka
 from pipeline import lake
-from pipeline.land import LandStats, Prepared, Record, prepare, stored_offsets, write
+from pipeline.land import LandStats, Prepared, Record, merge, prepare, split, stored_offsets, write
 
 log = logging.getLogger(__name__)
 
 POLL_RECORDS = 500  # records per poll; batches fill over several polls, so the byte bound holds
 NO_ASSIGNMENT_GIVE_UP_S = 60.0  # --once: exit if the group never assigns us a partition
+MERGE_BATCHES = 4  # at most this many decoded batches land in one transaction
 DECODERS = 2  # decoding is the slowest stage; a second decoder uses the CPU the fetch and the writer leave
 _NULL_ID = "00000000-0000-0000-0000-000000000000"
 
@@ -130,16 +131,23 @@ class _Lander:
                     self.cond.wait()
                 if seq not in self.decoded:
                     return
-                prep = self.decoded.pop(seq)
-                self.written += 1
+                # Every batch decoded in order so far lands in one transaction (land.merge): a writer
+                # that fell behind catches up with fewer commits, and holds no more than it already did.
+                preps = []
+                while seq in self.decoded and len(preps) < MERGE_BATCHES:
+                    preps.append(self.decoded.pop(seq))
+                    seq += 1
+                self.written = seq
                 self.cond.notify_all()
             try:
                 if self.error is None:
-                    self.done.put(write(self.con, prep, self.ids))
+                    for st in split(write(self.con, merge(preps), self.ids), preps):  # one per batch handed over
+                        self.done.put(st)
                     continue
             except BaseException as e:  # reported on the consuming thread
                 self.error = e
-            self.done.put(LandStats())
+            for _ in preps:
+                self.done.put(LandStats())
 
     def submit(self, batch: list[Record]) -> None:
         self.check()
