@@ -269,7 +269,8 @@ def test_batches_merged_into_one_transaction_land_exactly_once(con) -> None:
     keep their records; and a merged batch whose first part was landed meanwhile lands only the rest."""
     from pipeline.land import merge, prepare, split, write
 
-    first = [(M, 0, i, dcgm_scrape(i % 4).to_bytes()) for i in range(4)]  # 4 targets; the second batch has 3 of them again
+    # 4 targets; the second batch has 3 of them again
+    first = [(M, 0, i, dcgm_scrape(i % 4).to_bytes()) for i in range(4)]
     second = [(M, 0, 4 + i, dcgm_scrape(i % 4).to_bytes()) for i in range(3)] + [(M, 0, 7, b"not json")]
     preps = [prepare(first), prepare(second)]
     stats = split(write(con, merge(preps)), preps)
