@@ -24,12 +24,13 @@ from gangscope import telemetry
 from gangscope.config import Settings
 from gangscope.transport import kafka as pkafka
 from pipeline import lake
-from pipeline.land import LandStats, Prepared, Record, prepare, stored_offsets, write
+from pipeline.land import LandStats, Prepared, Record, merge, prepare, split, stored_offsets, write
 
 log = logging.getLogger(__name__)
 
 POLL_RECORDS = 500  # records per poll; batches fill over several polls, so the byte bound holds
 NO_ASSIGNMENT_GIVE_UP_S = 60.0  # --once: exit if the group never assigns us a partition
+MERGE_BATCHES = 4  # at most this many decoded batches land in one transaction
 DECODERS = 2  # decoding is the slowest stage; a second decoder uses the CPU the fetch and the writer leave
 _NULL_ID = "00000000-0000-0000-0000-000000000000"
 
@@ -80,7 +81,8 @@ class _Lander:
     Decoder threads turn batches N+1 and N+2 into frames while the writer thread commits batch N, in
     submission order (Polars and DuckDB release the GIL), and all overlap kafka-python's fetching. One
     batch waits to be decoded, which bounds memory to about seven batches (buffer, queued, two decoding
-    or decoded, one more decoded, writing). bench/ingest.py, 24000 scrapes, alternating runs in one
+    or decoded, one more decoded, writing); the writer lands what is decoded in order in one transaction, so
+    that bound is unchanged. bench/ingest.py, 24000 scrapes, alternating runs in one
     session: one decoder ratio 0.51 / 0.57, two 0.62 (and 0.54 / 0.57 just before). Decoding in the
     writer thread was slower still, and so were decoder processes (docs/lake.md).
     """
@@ -92,6 +94,9 @@ class _Lander:
         self.decoded: dict[int, Prepared] = {}  # by sequence number, until the writer takes it in order
         self.submitted = 0
         self.written = 0  # sequence number of the next batch the writer takes
+        # Decoders hold back against this: the batch after the first one the writer holds (so batches merged into
+        # one transaction count against the bound, and it stays what it was with one batch per transaction).
+        self.bound = 0
         self.decoders = decoders
         self.closing = False
         self.done: queue.Queue[LandStats] = queue.Queue()
@@ -115,7 +120,7 @@ class _Lander:
             with self.cond:
                 # A writer that falls behind holds the decoders back: at most one decoded batch per decoder
                 # (plus the one it writes next) waits, so memory stays bounded whatever the backlog.
-                while seq > self.written + self.decoders:
+                while seq > self.bound + self.decoders:
                     self.cond.wait()
                 self.decoded[seq] = prep
                 self.cond.notify_all()
@@ -130,16 +135,26 @@ class _Lander:
                     self.cond.wait()
                 if seq not in self.decoded:
                     return
-                prep = self.decoded.pop(seq)
-                self.written += 1
+                # Every batch decoded in order so far lands in one transaction (land.merge): a writer
+                # that fell behind catches up with fewer commits, and holds no more than it already did.
+                preps = []
+                self.bound = seq + 1
+                while seq in self.decoded and len(preps) < MERGE_BATCHES:
+                    preps.append(self.decoded.pop(seq))
+                    seq += 1
+                self.written = seq
                 self.cond.notify_all()
+            results = [LandStats() for _ in preps]  # one per batch handed over, landed or not
             try:
                 if self.error is None:
-                    self.done.put(write(self.con, prep, self.ids))
-                    continue
+                    results = split(write(self.con, merge(preps), self.ids), preps)
             except BaseException as e:  # reported on the consuming thread
                 self.error = e
-            self.done.put(LandStats())
+            with self.cond:
+                self.bound = self.written
+                self.cond.notify_all()
+            for st in results:
+                self.done.put(st)
 
     def submit(self, batch: list[Record]) -> None:
         self.check()

@@ -112,6 +112,8 @@ def _envelope_reason(kind: str) -> pl.Expr:
 
 def _split(df: pl.DataFrame, idx: list[int], reason: pl.Expr, dead: list[Dead]) -> pl.DataFrame:
     df = df.with_columns(_i=pl.Series(idx, dtype=pl.Int64), _why=reason)
+    if df["_why"].null_count() == df.height:  # the common case: nothing to refuse, nothing to copy
+        return df.drop("_why")
     bad = df.filter(pl.col("_why").is_not_null())
     dead.extend(zip(bad["_i"].to_list(), bad["_why"].to_list(), strict=True))
     return df.filter(pl.col("_why").is_null()).drop("_why")

@@ -204,6 +204,55 @@ def prepare(batch: list[Record], topic_ids: dict[str, str] | None = None,
     return prep
 
 
+def merge(preps: list[Prepared]) -> Prepared:
+    """Consecutive prepared batches as one, to land in one transaction.
+
+    A transaction has a fixed cost (reading the stored offsets, checking the batch's series against the
+    lake, the catalog commit: ~70 ms of the ~120 ms a 400k-sample batch took to write), so a writer that
+    falls behind lands what has queued up at once. Frames are concatenated without copying.
+    """
+    if len(preps) == 1:
+        return preps[0]
+    out = Prepared([r for p in preps for r in p.batch], {}, [r for p in preps for r in p.fresh],
+                   dead=[d for p in preps for d in p.dead], skipped=sum(p.skipped for p in preps),
+                   decode_s=sum(p.decode_s for p in preps))
+    for p in preps:
+        out.stored.update(p.stored)
+        for tp, nxt in p.nxt.items():
+            out.nxt[tp] = max(out.nxt.get(tp, 0), nxt)
+        for tp, low in p.low.items():
+            out.low[tp] = min(out.low.get(tp, low), low)
+    for table in dict.fromkeys(t for p in preps for t in p.frames):
+        parts = [p.frames[table] for p in preps if table in p.frames]
+        frame = pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
+        if table == "metric_series":
+            frame = frame.unique("series", keep="first", maintain_order=True)
+        elif table == "kafka_offsets":  # one row per partition, as for a single batch
+            frame = frame.group_by("topic", "partition", "topic_id", maintain_order=True).agg(
+                pl.col("next_offset").max(), pl.col("landed_at").max()).select(frame.columns)
+        out.frames[table] = frame
+    return out
+
+
+def split(stats: LandStats, preps: list[Prepared]) -> list[LandStats]:
+    """The stats of a merged write as one per batch (in order), from each batch's own frames; when part of the
+    merged batch turned out landed before, the whole goes to the first batch and the others report nothing."""
+    if len(preps) == 1:
+        return [stats]
+    if stats.skipped != sum(p.skipped for p in preps):
+        return [stats] + [LandStats() for _ in preps[1:]]
+    rows = sum(p.frames["metric_points"].height for p in preps if "metric_points" in p.frames) or 1
+    out = []
+    for p in preps:
+        def height(table: str, p: Prepared = p) -> int:
+            return p.frames[table].height if table in p.frames else 0
+
+        out.append(LandStats(records=len(p.batch), k8s_rows=height("k8s_objects"), samples=height("metric_points"),
+                             scrapes=height("scrapes"), dead=len(p.dead), skipped=p.skipped, decode_s=p.decode_s,
+                             write_s=stats.write_s * (height("metric_points") or 0) / rows, next_offsets=p.nxt))
+    return out
+
+
 def write(con: duckdb.DuckDBPyConnection, prep: Prepared, topic_ids: dict[str, str] | None = None) -> LandStats:
     """Land a prepared batch in one transaction; what turns out landed meanwhile is skipped (re-prepared)."""
     stats = LandStats(records=len(prep.batch), skipped=prep.skipped, decode_s=prep.decode_s)

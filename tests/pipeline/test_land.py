@@ -263,3 +263,36 @@ def test_series_travel_grouped_by_name_with_each_label_set_once() -> None:
     assert wire["ls"] == ['{"a":"1","b":"2"}', '{"a":"3"}']  # one text whatever the key order
     assert wire["lr"] == [0, 2, 0, 1]  # series m1{a=1,b=2}, m1{a=3}, m2{a=1,b=2}
     assert (wire["s"], wire["x"]) == ([], [1.0, 3.0, 2.0])  # samples follow their series
+
+
+def test_batches_merged_into_one_transaction_land_exactly_once(con) -> None:
+    """What the writer does when it fell behind: consecutive batches in one transaction. Every record lands once,
+    a series seen in both batches is stored once, the offsets row says where the later batch ends, dead letters
+    keep their records; and a merged batch whose first part was landed meanwhile lands only the rest."""
+    from pipeline.land import merge, prepare, split, write
+
+    # 4 targets; the second batch has 3 of them again
+    first = [(M, 0, i, dcgm_scrape(i % 4).to_bytes()) for i in range(4)]
+    second = [(M, 0, 4 + i, dcgm_scrape(i % 4).to_bytes()) for i in range(3)] + [(M, 0, 7, b"not json")]
+    preps = [prepare(first), prepare(second)]
+    stats = split(write(con, merge(preps)), preps)
+    assert [(s.records, s.samples, s.dead, s.next_offsets) for s in stats] == [
+        (4, 16, 0, {(M, 0): 4}), (4, 12, 1, {(M, 0): 8})]
+    assert con.execute("SELECT count(*) FROM raw.metric_points").fetchone() == (28,)
+    # series ids are per target, metric, labels and day: the second batch's series all came with the first
+    assert con.execute("SELECT count(*), count(DISTINCT series) FROM raw.metric_series").fetchone() == (16, 16)
+    assert con.execute('SELECT count(*), max(next_offset) FROM raw.kafka_offsets').fetchone() == (1, 8)
+    assert con.execute('SELECT "offset", reason LIKE \'malformed JSON%\' FROM raw.dead_letters').fetchall() == [
+        (7, True)]
+    assert stored_offsets(con) == {(M, 0): 8}
+
+    # Offsets 8..9 land alone; then a merged batch of 8..9 and 10..11 (prepared before that) lands 10..11 only.
+    late = [[(M, 0, o, dcgm_scrape(o).to_bytes()) for o in (8, 9)], [(M, 0, o, dcgm_scrape(o).to_bytes())
+                                                                     for o in (10, 11)]]
+    preps = [prepare(late[0]), prepare(late[1])]
+    land(con, late[0])
+    stats = split(write(con, merge(preps)), preps)
+    assert sum(s.skipped for s in stats) == 2 and sum(s.samples for s in stats) == 8
+    assert con.execute("SELECT count(*) FROM raw.metric_points").fetchone() == (28 + 8 + 8,)
+    assert con.execute("SELECT count(*) FROM raw.scrapes").fetchone() == (7 + 4,)
+    assert stored_offsets(con) == {(M, 0): 12}
