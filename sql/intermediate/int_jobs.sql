@@ -31,7 +31,8 @@
 -- column: last_seen: observation range
 -- column: required_topology: Kueue topology request (or native topology key)
 -- column: preferred_topology: Kueue topology request (or native topology key)
--- column: state: queued, assembling, running, finished
+-- column: state: queued, assembling, running, finished (every pod done, or every pod gone with nothing left to
+--   wait for)
 WITH wl AS (
     SELECT w.cluster, w.namespace, coalesce(w.owner_name, w.name) AS job, coalesce(w.owner_kind, 'Workload') AS job_kind,
            w.name AS workload, coalesce(w.cluster_queue, lq.cluster_queue) AS cluster_queue, w.queue_name, w.pod_count,
@@ -171,6 +172,8 @@ SELECT
     first_seen, last_seen, required_topology, preferred_topology,
     CASE
         WHEN pods > 0 AND pods_done = pods THEN 'finished'
+        -- Every pod it had is gone and no Workload or gang object waits for more (e.g. a failed Job's pods deleted).
+        WHEN pods = 0 AND workload IS NULL AND pod_group IS NULL THEN 'finished'
         WHEN pods = 0 AND workload IS NOT NULL THEN 'queued'
         WHEN multi_gang AND units_assembled_at IS NOT NULL AND pods_running > 0 THEN 'running'
         WHEN multi_gang THEN 'assembling'
