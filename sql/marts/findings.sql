@@ -59,7 +59,7 @@ dip_ev AS (
     SELECT *,
            {'throughput': {'baseline': round(baseline, 3), 'min_ratio': round(min_ratio, 3),
                            'mean_ratio': round(mean_ratio, 3), 'low_samples': samples,
-                           'first_low_at': started_at, 'last_low_at': last_dip_at,
+                           'first_low_at': started_at, 'held_at': held_at, 'last_low_at': last_dip_at,
                            'threshold_ratio': getvariable('throughput_ratio')}} AS tp
     FROM dips
 ),
