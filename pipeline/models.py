@@ -279,12 +279,12 @@ def needed_by(plan: list[Model], targets: tuple[str, ...]) -> set[str]:
 
 def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_dir: Path = SQL_DIR,
           full: bool = False, only_stale: bool = False, first: tuple[str, ...] = (),
-          then: Callable[[], object] | None = None) -> BuildStats:
+          then: Callable[[duckdb.DuckDBPyConnection], object] | None = None) -> BuildStats:
     """Build every model in dependency order, in one transaction (readers see the old marts or the new).
 
     ``full`` rebuilds incremental models from scratch. With ``only_stale`` nothing is built when raw
     inputs have not changed since the last build (what ``diagnose`` does). With ``first``, the models
-    those tables need are built and committed first, ``then`` is called (the live findings are published
+    those tables need are built and committed first, ``then(con)`` is called (the live findings are published
     before the other marts are built: time to verdict), and the rest follows in a second transaction; the
     build counts as done (not stale) only when both committed.
     """
@@ -311,9 +311,9 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
             stats.per_model_s.update(s.per_model_s)
             stats.incremental += s.incremental
             if not last and then is not None:
-                then()
+                then(con)
         if not head and then is not None:
-            then()
+            then(con)
         return stats
     finally:
         if own:

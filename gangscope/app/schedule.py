@@ -118,7 +118,7 @@ def build_models(settings: Settings, outlet: Any = None) -> None:
     from reports.lifecycle import publish_after_build
 
     models.build(settings, only_stale=True, first=("marts.findings", "marts.jobs"),
-                 then=lambda: publish_after_build(settings, outlet))
+                 then=lambda con: publish_after_build(settings, outlet, con))
 
 
 def reports_dir(settings: Settings) -> Path:

@@ -143,7 +143,7 @@ def test_findings_first_then_the_rest(offline_settings) -> None:
         raw.write(con)
         seen: list[tuple[bool, bool, bool]] = []
 
-        def then() -> None:
+        def then(_: object) -> None:
             existing = models._existing(con)
             seen.append(("marts.findings" in existing, "marts.node_health" in existing,
                          models.is_stale(offline_settings, con)))
@@ -155,7 +155,7 @@ def test_findings_first_then_the_rest(offline_settings) -> None:
         assert seen == [(True, False, True)]  # findings committed, node_health not yet, the build not done
         assert "marts.node_health" in models._existing(con) and stats.models == len(models.discover())
         assert models.is_stale(offline_settings, con)  # the minute landed in between is not built yet
-        again = models.build(offline_settings, con, only_stale=True, first=("marts.findings",), then=lambda: None)
+        again = models.build(offline_settings, con, only_stale=True, first=("marts.findings",), then=lambda _: None)
         assert "intermediate.int_node_bandwidth" in again.incremental
         assert not models.is_stale(offline_settings, con)
         assert con.execute("SELECT count(*), count(DISTINCT (node, ts)) FROM intermediate.int_node_bandwidth"
