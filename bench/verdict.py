@@ -3,8 +3,9 @@
 Runs `gangscope demo --live`'s loop (sandbox + `gangscope run`, embedded broker) on the ``mixed`` scenario,
 which holds every class, or on each class's own scenario (``--scenarios all``), and for each injected
 incident takes its first change on the findings topic (``opened``, or ``resolved`` for one first seen
-already over): simulated seconds from its onset (truth.json; for the waiting classes, from when the wait
-crossed its threshold) to its ``changed_at``. Ends with
+already over): simulated seconds from when its condition became true to its ``changed_at``: the onset
+(truth.json); for the waiting classes, when the wait crossed its threshold; for the throughput dips, the
+third low sample (``gangscope.app.demo.verdict_s``). Ends with
 ``verdict: classes=<n> p50_s=<s> p95_s=<s> bound_s=<2 x scrape interval + build interval>`` (simulated
 seconds; the build interval is the real build schedule times the speed). Figures depend on the machine: a
 build that takes B real seconds costs B x speed simulated seconds.

@@ -25,6 +25,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +72,7 @@ class BuildStats:
     per_model_s: dict[str, float] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     incremental: list[str] = field(default_factory=list)
+    source_state: str = ""  # what the raw inputs were when the build began (is_stale compares it)
 
 
 def _refs(sql: str, path: Path) -> set[str]:
@@ -262,12 +264,29 @@ def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: d
     return False
 
 
+def needed_by(plan: list[Model], targets: tuple[str, ...]) -> set[str]:
+    """The models ``targets`` read, directly or not, and the targets themselves."""
+    by_name = {m.table: m for m in plan}
+    out: set[str] = set()
+    todo = [t for t in targets if t in by_name]
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.add(name)
+            todo += [r for r in by_name[name].refs if r in by_name]
+    return out
+
+
 def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_dir: Path = SQL_DIR,
-          full: bool = False, only_stale: bool = False) -> BuildStats:
+          full: bool = False, only_stale: bool = False, first: tuple[str, ...] = (),
+          then: Callable[[duckdb.DuckDBPyConnection], object] | None = None) -> BuildStats:
     """Build every model in dependency order, in one transaction (readers see the old marts or the new).
 
     ``full`` rebuilds incremental models from scratch. With ``only_stale`` nothing is built when raw
-    inputs have not changed since the last build (what ``diagnose`` does).
+    inputs have not changed since the last build (what ``diagnose`` does). With ``first``, the models
+    those tables need are built and committed first, ``then(con)`` is called (the live findings are published
+    before the other marts are built: time to verdict), and the rest follows in a second transaction; the
+    build counts as done (not stale) only when both committed.
     """
     own = con is None
     con = con or lake.connect(settings)
@@ -277,19 +296,38 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
             return BuildStats()
         set_variables(con, sql_variables(settings))
         defs = definitions(settings, sql_dir)
-        with lake.COMMIT_LOCK:  # landings in this process wait: see lake.COMMIT_LOCK
-            return lake.retry(lambda: _build_all(con, plan, full, defs), attempts=5)
+        head = needed_by(plan, first)
+        parts = [[m for m in plan if m.table in head], [m for m in plan if m.table not in head]] if head else [plan]
+        stats = BuildStats()
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            # The state recorded is the one the first part saw: data landed in between is built next time.
+            with lake.COMMIT_LOCK:  # landings in this process wait: see lake.COMMIT_LOCK
+                s = lake.retry(lambda part=part, last=last: _build_all(con, part, full, defs, last,
+                                                                        stats.source_state or None), attempts=5)
+            stats.source_state = stats.source_state or s.source_state
+            stats.models += s.models
+            stats.seconds += s.seconds
+            stats.per_model_s.update(s.per_model_s)
+            stats.incremental += s.incremental
+            if not last and then is not None:
+                then(con)
+        if not head and then is not None:
+            then(con)
+        return stats
     finally:
         if own:
             con.close()
 
 
-def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, defs: str) -> BuildStats:
+def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, defs: str,
+               record: bool = True, state: str | None = None) -> BuildStats:
     stats = BuildStats()
     t0 = time.perf_counter()
     con.execute("BEGIN TRANSACTION")
     try:
-        state = source_state(con) + "|" + defs
+        state = state or source_state(con) + "|" + defs
+        stats.source_state = state
         existing = _existing(con)
         marks: dict[str, object] = {}
         for m in plan:
@@ -305,11 +343,12 @@ def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, de
                 stats.incremental.append(m.table)
             stats.models += 1
             log.debug("built %s in %.2fs", m.table, stats.per_model_s[m.table])
-        con.execute(f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (built_at TIMESTAMPTZ, source_state VARCHAR, "
-                    "models INTEGER, seconds DOUBLE)")
-        con.execute(f"DELETE FROM {STATE_TABLE}")
-        stats.seconds = time.perf_counter() - t0
-        con.execute(f"INSERT INTO {STATE_TABLE} VALUES (now(), ?, ?, ?)", [state, stats.models, stats.seconds])
+        if record:
+            con.execute(f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (built_at TIMESTAMPTZ, source_state VARCHAR, "
+                        "models INTEGER, seconds DOUBLE)")
+            con.execute(f"DELETE FROM {STATE_TABLE}")
+            stats.seconds = time.perf_counter() - t0
+            con.execute(f"INSERT INTO {STATE_TABLE} VALUES (now(), ?, ?, ?)", [state, stats.models, stats.seconds])
         con.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(duckdb.Error):

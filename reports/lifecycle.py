@@ -194,14 +194,17 @@ class FindingsOutlet:
             state[fid]["alert_state"] = state[fid]["state"]
 
 
-def publish_after_build(settings: Settings, outlet: FindingsOutlet) -> list[dict[str, Any]]:
-    """Read the freshly built ``marts.findings`` and hand them to ``outlet``."""
+def publish_after_build(settings: Settings, outlet: FindingsOutlet, con: Any = None) -> list[dict[str, Any]]:
+    """Read the freshly built ``marts.findings`` (on the build's own connection when given: no second
+    attach of the lake between a build and its publication) and hand them to ``outlet``."""
     from pipeline import lake
     from reports.diagnose import findings
 
-    con = lake.connect(settings, read_only=True, create=False)
+    if con is not None:
+        return outlet.tick(findings(con, include_healthy=False))
+    own = lake.connect(settings, read_only=True, create=False)
     try:
-        rows = findings(con, include_healthy=False)
+        rows = findings(own, include_healthy=False)
     finally:
-        con.close()
+        own.close()
     return outlet.tick(rows)

@@ -57,6 +57,7 @@ RESOURCES = (
     ("scheduling.k8s.io", ("v1alpha2",), "workloads", "Workload", True),
     ("scheduling.k8s.io", ("v1alpha2",), "podgroups", "PodGroup", True),
 )
+PIPELINE_FLUSH_S = 2.0  # gangscope's default pipeline.flush_seconds
 _LABEL = re.compile(rb',?\b(?:job|instance)="[^"]*"')
 _JOB = re.compile(rb'\bjob="([^"]*)",instance="([^"]*)"')
 
@@ -296,4 +297,7 @@ class Sandbox:
         if self.speed != 1.0:
             settings["clock"] = {"sim_origin": self.sim_origin.isoformat().replace("+00:00", "Z"),
                                  "wall_origin": self.wall_origin, "speed": self.speed}
+            # The pipeline's batching wait is real time, like the scrape interval: scaled, so a fast clock does
+            # not turn the default 2 s into 2 x speed simulated seconds of time to verdict.
+            settings["pipeline"] = {"flush_seconds": round(max(0.1, PIPELINE_FLUSH_S / self.speed), 3)}
         self.config.write_text(yaml.safe_dump(settings, sort_keys=False))

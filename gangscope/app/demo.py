@@ -20,8 +20,11 @@ DEMO_NODES = 16
 DEMO_HOURS = 1.0
 DEMO_INTERVAL = 30.0  # dcgm-exporter's default collect interval: halves the demo's replay volume
 LIVE_SPEED = 20.0  # the simulated hour in 3 minutes
+COMPACTION_S = 600.0  # gangscope's default schedule.compaction period (simulated seconds in the live demo)
 # Classes that hold only after a wait ("not admitted for 10 min"): their verdict counts from when it held.
 WAITING_CLASSES = ("admission_quota", "admission_topology", "gang_assembly")
+# Classes of a throughput dip ("below baseline for >= 3 samples"): from the sample that made it 3.
+DIP_CLASSES = ("interconnect_degradation", "topology_misplacement", "unexplained_slowdown")
 
 
 def register(groups, common) -> None:
@@ -151,7 +154,9 @@ def verdict_s(change: dict[str, Any], truth: dict[str, Any]) -> float | None:
     """Simulated seconds from the incident's onset to this change's publication (None: not an injected one).
 
     Onset is the injected condition's start (truth.json); for the classes that hold only after a wait, the
-    moment the wait crossed its threshold, which is the finding's own ``started_at``.
+    moment the wait crossed its threshold, which is the finding's own ``started_at``; for a throughput dip,
+    the low sample that made the run long enough (``evidence.throughput.held_at``). The condition cannot be
+    known before then, so the time before it is the condition's, not gangscope's.
     """
     from datetime import datetime
 
@@ -165,6 +170,9 @@ def verdict_s(change: dict[str, Any], truth: dict[str, Any]) -> float | None:
     onset = t(runs[-1]["onset"])
     if change["root_cause"] in WAITING_CLASSES and change.get("started_at"):
         onset = max(onset, t(change["started_at"]))
+    held = ((change.get("evidence") or {}).get("throughput") or {}).get("held_at")
+    if change["root_cause"] in DIP_CLASSES and held:
+        onset = max(onset, t(held))
     return t(change["changed_at"]) - onset
 
 
@@ -192,8 +200,10 @@ def play_live(settings: Settings, out: Path, on_change: Any, *, scenario: str = 
             live_settings = load(sb.config, {
                 "data": str(data), "cluster": settings.cluster,
                 "kafka": {"bootstrap_servers": bootstrap, "topic_prefix": settings.kafka.topic_prefix},
+                # Compaction at gangscope's default period on the sandbox clock: left off, every landing and
+                # incremental build leaves files behind, and builds slow down with the file count.
                 "schedule": {"models_build": f"interval:{build_s:g}", "report_hourly": "off", "report_daily": "off",
-                             "compaction": "off", "retention": "off"},
+                             "compaction": f"interval:{COMPACTION_S / speed:g}", "retention": "off"},
                 "server": {"listen": "127.0.0.1:0"},
                 "findings": {"alertmanager_url": settings.findings.alertmanager_url},
             }, environ={})

@@ -108,14 +108,17 @@ def guarded(name: str, fn: Callable[[], Any]) -> Callable[[], None]:
 
 
 def build_models(settings: Settings, outlet: Any = None) -> None:
-    """Build what is stale, then publish the findings' changes through ``outlet`` (reports.lifecycle)."""
+    """Build what is stale and publish the findings' changes through ``outlet`` (reports.lifecycle) as soon
+    as the findings are built, before the marts nobody is waiting for (time to verdict, docs/sandbox.md)."""
     from pipeline import models
 
-    models.build(settings, only_stale=True)
-    if outlet is not None:
-        from reports.lifecycle import publish_after_build
+    if outlet is None:
+        models.build(settings, only_stale=True)
+        return
+    from reports.lifecycle import publish_after_build
 
-        publish_after_build(settings, outlet)
+    models.build(settings, only_stale=True, first=("marts.findings", "marts.jobs"),
+                 then=lambda con: publish_after_build(settings, outlet, con))
 
 
 def reports_dir(settings: Settings) -> Path:

@@ -15,6 +15,7 @@
 -- column: created_at: timeline (first QuotaReserved=True / Admitted=True)
 -- column: quota_reserved_at: timeline (first QuotaReserved=True / Admitted=True)
 -- column: admitted_at: timeline (first QuotaReserved=True / Admitted=True)
+-- column: requeued: waiting now after losing quota it had (evicted or preempted, and requeued): not admitted now
 -- column: queued_at: start of the wait judged: creation, or when a workload that had quota (seen reserved, or
 --   carrying Evicted=True) lost it: its QuotaReserved=False lastTransitionTime
 -- column: wait_s: seconds from creation to the first admission (to the data's as_of while still waiting); for a
@@ -217,7 +218,7 @@ caused AS (
 )
 SELECT
     cluster, namespace, job, workload, cluster_queue, local_queue, created_at, quota_reserved_at, admitted_at,
-    queued_at, wait_s,
+    requeued, queued_at, wait_s,
     CASE WHEN cause IN ('quota', 'quota_never', 'waiting_preemption', 'waiting_pods_ready', 'admission_check') THEN 'quota'
          WHEN cause IN ('topology', 'delayed_topology', 'topology_level_missing') THEN 'topology'
          WHEN cause IN ('no_matching_flavor', 'misconfigured', 'missing_local_queue', 'missing_cluster_queue',

@@ -34,7 +34,8 @@ WITH j AS (
     FROM intermediate.int_jobs j
     JOIN intermediate.int_as_of a USING (cluster)
     LEFT JOIN intermediate.int_admission ad USING (cluster, namespace, job)
-    WHERE j.workload IS NULL OR ad.admitted_at IS NOT NULL
+    -- A requeued Workload (evicted, waiting for quota again) is queued, not assembling: its wait is admission's.
+    WHERE j.workload IS NULL OR (ad.admitted_at IS NOT NULL AND NOT ad.requeued)
 ),
 pg AS (
     SELECT * FROM staging.stg_pod_groups

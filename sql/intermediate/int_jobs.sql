@@ -33,7 +33,8 @@
 -- column: preferred_topology: Kueue topology request (or native topology key)
 -- column: deleted_at: when the last of the job's objects (pods, Workload, gang object) was deleted; NULL while
 --   any lives. For objects deleted while gangscope was not watching, the end of the list that found them gone
--- column: state: queued, assembling, running, finished, deleted
+-- column: state: queued, assembling, running, finished (every pod done, or every pod gone with nothing left to
+--   wait for), deleted (pods, Workload and gang object all deleted)
 WITH wl AS (
     SELECT w.cluster, w.namespace, coalesce(w.owner_name, w.name) AS job, coalesce(w.owner_kind, 'Workload') AS job_kind,
            w.name AS workload, coalesce(w.cluster_queue, lq.cluster_queue) AS cluster_queue, w.queue_name, w.pod_count,
@@ -178,8 +179,10 @@ SELECT
         AS running_before_capture,
     first_seen, last_seen, required_topology, preferred_topology, deleted_at,
     CASE
-        WHEN deleted_at IS NOT NULL THEN 'deleted'
         WHEN pods > 0 AND pods_done = pods THEN 'finished'
+        -- Every pod it had is gone and no Workload or gang object waits for more (e.g. a failed Job's pods deleted).
+        WHEN pods = 0 AND workload IS NULL AND pod_group IS NULL THEN 'finished'
+        WHEN deleted_at IS NOT NULL THEN 'deleted'
         WHEN pods = 0 AND workload IS NOT NULL THEN 'queued'
         WHEN multi_gang AND units_assembled_at IS NOT NULL AND pods_running > 0 THEN 'running'
         WHEN multi_gang THEN 'assembling'

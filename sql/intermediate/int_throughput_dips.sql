@@ -1,9 +1,12 @@
 -- Throughput dips per job: runs of consecutive judged samples below throughput_ratio x baseline that last
--- at least throughput_min_samples samples. One row per dip (an incident).
+-- at least throughput_min_samples samples. One row per dip (an incident). A dip reaching the job's newest
+-- sample is ongoing (ended_at NULL) while the job runs; it ends at the first sample back above the threshold,
+-- or, when the job stopped running in it (finished, gone, preempted), one bucket after its last low sample.
 -- column: cluster: identity
 -- column: namespace: identity
 -- column: job: identity
 -- column: started_at: first sample of the dip; last_dip_at: its last low sample
+-- column: held_at: the low sample that made the run throughput_min_samples long: when the condition holds
 -- column: ended_at: first sample back above the threshold (NULL while ongoing)
 -- column: samples: low samples in the run
 -- column: baseline: how deep it went
@@ -18,12 +21,20 @@ WITH t AS (
     WINDOW w AS (PARTITION BY cluster, namespace, job ORDER BY ts)
 ),
 runs AS (
-    SELECT cluster, namespace, job, grp, min(ts) AS started_at, max(ts) AS last_dip_at, arg_max(next_ts, ts) AS ended_at,
+    -- Only the run's last sample can lack a next one (it is the job's newest): then the dip is ongoing.
+    -- (Not arg_max(next_ts, ts): DuckDB's arg_max skips a NULL arg and answered the last low sample's time.)
+    SELECT cluster, namespace, job, grp, min(ts) AS started_at, max(ts) AS last_dip_at,
+           list_sort(list(ts))[getvariable('throughput_min_samples')] AS held_at,
+           CASE WHEN count(next_ts) = count(*) THEN max(next_ts) END AS ended_at,
            count(*) AS samples, any_value(baseline) AS baseline, min(ratio) AS min_ratio, avg(ratio) AS mean_ratio,
            min(value) AS min_value
     FROM t WHERE dip
     GROUP BY cluster, namespace, job, grp
 )
-SELECT cluster, namespace, job, started_at, last_dip_at, ended_at, samples, baseline, min_ratio, mean_ratio, min_value
-FROM runs
-WHERE samples >= getvariable('throughput_min_samples')
+SELECT r.cluster, r.namespace, r.job, r.started_at, r.last_dip_at, r.held_at,
+       coalesce(r.ended_at, CASE WHEN j.state IS DISTINCT FROM 'running'
+                                 THEN r.last_dip_at + to_seconds(getvariable('bucket_s')) END) AS ended_at,
+       r.samples, r.baseline, r.min_ratio, r.mean_ratio, r.min_value
+FROM runs r
+LEFT JOIN intermediate.int_jobs j USING (cluster, namespace, job)
+WHERE r.samples >= getvariable('throughput_min_samples')

@@ -59,7 +59,7 @@ dip_ev AS (
     SELECT *,
            {'throughput': {'baseline': round(baseline, 3), 'min_ratio': round(min_ratio, 3),
                            'mean_ratio': round(mean_ratio, 3), 'low_samples': samples,
-                           'first_low_at': started_at, 'last_low_at': last_dip_at,
+                           'first_low_at': started_at, 'held_at': held_at, 'last_low_at': last_dip_at,
                            'threshold_ratio': getvariable('throughput_ratio')}} AS tp
     FROM dips
 ),
@@ -121,6 +121,15 @@ adm AS (
                              nullif(regexp_extract(a.message, 'fit any of (\d+) pod', 1), '')) AS INTEGER) AS want_pods
     FROM intermediate.int_admission a JOIN j USING (cluster, namespace, job)
     WHERE a.cause_class IS NOT NULL AND a.wait_s > getvariable('admission_wait_s')
+      -- Waiting for quota again because it was preempted (no reservation since): the preemption's incident, one
+      -- finding (pre_f, open until the job runs again), not a second one.
+      AND NOT (a.requeued AND EXISTS (
+          SELECT 1 FROM intermediate.int_evictions e
+          WHERE e.cluster = a.cluster AND e.namespace = a.namespace AND e.job = a.job AND e.event_at <= a.queued_at
+            AND NOT EXISTS (SELECT 1 FROM staging.stg_workload_conditions c
+                            WHERE c.cluster = a.cluster AND c.namespace = a.namespace AND c.workload = a.workload
+                              AND c.type = 'QuotaReserved' AND c.status = 'True'
+                              AND c.transition_at > e.event_at AND c.transition_at < a.queued_at)))
 ),
 adm_pods AS (
     SELECT a.cluster, a.namespace, a.job, w.gpus / nullif(w.pod_count, 0) AS gpus_per_pod

@@ -192,6 +192,10 @@ def test_evidence_holds_threshold_values(built) -> None:
     assert drop["node"] == "n4" and drop["signal"] == "nvlink_bw" and drop["ratio"] < 0.6
     assert ic["evidence"]["throughput"]["min_ratio"] < 0.8 and ic["evidence"]["throughput"]["low_samples"] >= 3
     assert ic["started_at"] == iso(20)
+    # The condition ("below baseline for >= 3 samples") holds at the third low sample: what time to verdict
+    # counts from (bench/verdict.py).
+    assert ic["evidence"]["throughput"]["first_low_at"] == iso(20)
+    assert ic["evidence"]["throughput"]["held_at"] == iso(20.5)
     gpu = rows[("gpu-job", "gpu_fault")]
     kinds = {(f["kind"], f["xid"]) for f in gpu["evidence"]["faults"]}
     assert ("xid", 79) in kinds and ("gpu_missing", None) in kinds

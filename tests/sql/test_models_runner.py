@@ -131,3 +131,34 @@ def test_changed_threshold_makes_models_stale(offline_settings) -> None:
         assert not models.is_stale(offline_settings, con)
     finally:
         con.close()
+
+
+def test_findings_first_then_the_rest(offline_settings) -> None:
+    """`gangscope run` publishes once the findings are committed, before the marts nobody waits for; the
+    build is done (not stale) only when the rest committed too, and data landed in between is built next."""
+    con = lake.connect(offline_settings)
+    try:
+        raw = Raw()
+        _bw(raw, 0, 30)
+        raw.write(con)
+        seen: list[tuple[bool, bool, bool]] = []
+
+        def then(_: object) -> None:
+            existing = models._existing(con)
+            seen.append(("marts.findings" in existing, "marts.node_health" in existing,
+                         models.is_stale(offline_settings, con)))
+            _bw(raw, 30, 31)  # lands while the rest builds
+            raw.write(con)
+
+        stats = models.build(offline_settings, con, only_stale=True, first=("marts.findings", "marts.jobs"),
+                             then=then)
+        assert seen == [(True, False, True)]  # findings committed, node_health not yet, the build not done
+        assert "marts.node_health" in models._existing(con) and stats.models == len(models.discover())
+        assert models.is_stale(offline_settings, con)  # the minute landed in between is not built yet
+        again = models.build(offline_settings, con, only_stale=True, first=("marts.findings",), then=lambda _: None)
+        assert "intermediate.int_node_bandwidth" in again.incremental
+        assert not models.is_stale(offline_settings, con)
+        assert con.execute("SELECT count(*), count(DISTINCT (node, ts)) FROM intermediate.int_node_bandwidth"
+                           ).fetchone() == (2 * 124, 2 * 124)
+    finally:
+        con.close()
