@@ -70,4 +70,7 @@ JOIN full_lists AS f
  AND f.ns IN ('', coalesce(l.w.namespace, ''))
  AND f.began > l.w.observed_at
 WHERE l.w.event_type <> 'DELETED'
+  -- re-sent, but left out of stg_k8s_watch by its time checks: still there
+  AND NOT EXISTS (SELECT 1 FROM raw.k8s_objects AS r
+                  WHERE r.cluster = l.cluster AND r.uid = l.uid AND r.observed_at >= f.began)
 GROUP BY ALL

@@ -9,6 +9,7 @@ Real DuckLake, real models, reference-shaped objects (tests/sql/lakefix.py).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 
 import pytest
@@ -62,7 +63,9 @@ def _fill(raw: Raw) -> None:
     # kind listed from nothing again; the Pod reflector is scoped to NS this time.
     _list(raw, 60.0, "v1", "Node", nodes)
     _list(raw, 60.0, *PG, [kept_pg])
-    _list(raw, 60.0, "v1", "Pod", kept, namespace=NS)
+    odd = copy.deepcopy(kept[1])  # re-sent with a time field staging's sanity check leaves out: not gone
+    odd["metadata"].setdefault("annotations", {})["example.com/expiresAt"] = "2150-01-01T00:00:00Z"
+    _list(raw, 60.0, "v1", "Pod", [kept[0], odd], namespace=NS)
     raw.event(70.0, node("n1", "rack-a"), "MODIFIED")  # the data's "now"
 
 
