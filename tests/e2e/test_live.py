@@ -29,6 +29,18 @@ PRECEDENCE = ("gpu_fault", "interconnect_degradation", "preemption", "admission_
               "gang_assembly", "topology_misplacement", "unexplained_slowdown")
 
 
+def _run_env(sandbox_config: Path, data: Path, bootstrap: str, prefix: str, alertmanager_url: str) -> dict[str, str]:
+    """`gangscope run` against a sandbox: models every 3 s, no reports / compaction / retention, alerts kept
+    far beyond the test (an alert that leaves Alertmanager was resolved by gangscope, not expired)."""
+    return {**os.environ, "GANGSCOPE_CONFIG": str(sandbox_config), "GANGSCOPE_DATA": str(data),
+            "GANGSCOPE_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "GANGSCOPE_KAFKA_TOPIC_PREFIX": prefix,
+            "GANGSCOPE_PIPELINE_GROUP_ID": f"{prefix}pipeline", "GANGSCOPE_PIPELINE_FLUSH_SECONDS": "1",
+            "GANGSCOPE_SCHEDULE_MODELS_BUILD": "interval:3", "GANGSCOPE_SCHEDULE_REPORT_HOURLY": "off",
+            "GANGSCOPE_SCHEDULE_REPORT_DAILY": "off", "GANGSCOPE_SCHEDULE_COMPACTION": "off",
+            "GANGSCOPE_SCHEDULE_RETENTION": "off", "GANGSCOPE_SERVER_LISTEN": "127.0.0.1:0",
+            "GANGSCOPE_FINDINGS_ALERTMANAGER_URL": alertmanager_url, "GANGSCOPE_FINDINGS_ALERT_TTL_S": "7200"}
+
+
 def _start_run(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "gangscope.app.cli", "run"], env=env,
                             stdout=log.open("ab"), stderr=subprocess.STDOUT)
@@ -70,15 +82,7 @@ def test_live_sandbox_run_findings_alertmanager_restart(tmp_path: Path, broker: 
     data = tmp_path / "data"
     sb = Sandbox(tmp_path / "sandbox", "mixed", speed=SPEED, interval=30.0).start()
     try:
-        env = {**os.environ, "GANGSCOPE_CONFIG": str(sb.config), "GANGSCOPE_DATA": str(data),
-               "GANGSCOPE_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap, "GANGSCOPE_KAFKA_TOPIC_PREFIX": prefix,
-               "GANGSCOPE_PIPELINE_GROUP_ID": f"{prefix}pipeline", "GANGSCOPE_PIPELINE_FLUSH_SECONDS": "1",
-               "GANGSCOPE_SCHEDULE_MODELS_BUILD": "interval:3", "GANGSCOPE_SCHEDULE_REPORT_HOURLY": "off",
-               "GANGSCOPE_SCHEDULE_REPORT_DAILY": "off", "GANGSCOPE_SCHEDULE_COMPACTION": "off",
-               "GANGSCOPE_SCHEDULE_RETENTION": "off", "GANGSCOPE_SERVER_LISTEN": "127.0.0.1:0",
-               "GANGSCOPE_FINDINGS_ALERTMANAGER_URL": am.url,
-               # Far beyond the test: an alert that leaves Alertmanager was resolved by gangscope, not expired.
-               "GANGSCOPE_FINDINGS_ALERT_TTL_S": "7200"}
+        env = _run_env(sb.config, data, broker.bootstrap, prefix, am.url)
         log = tmp_path / "run.log"
         run = _start_run(env, log)
         seen_in_am: dict[str, dict[str, str]] = {}  # finding id -> labels of its alert while it was active

@@ -18,7 +18,7 @@ import pytest
 from collectors.simulate.sandbox import Sandbox
 from gangscope import config
 from reports.lifecycle import STATE_FILE
-from tests.e2e.test_live import _start_run, _topic
+from tests.e2e.test_live import _run_env, _start_run, _topic
 
 SPEED = 20.0
 
@@ -40,13 +40,7 @@ def test_live_dip_opens_alerts_and_resolves_on_recovery(tmp_path: Path, broker: 
     labels: dict[str, dict[str, str]] = {}
     run = None
     try:
-        env = {**os.environ, "GANGSCOPE_CONFIG": str(sb.config), "GANGSCOPE_DATA": str(data),
-               "GANGSCOPE_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap, "GANGSCOPE_KAFKA_TOPIC_PREFIX": prefix,
-               "GANGSCOPE_PIPELINE_GROUP_ID": f"{prefix}pipeline", "GANGSCOPE_PIPELINE_FLUSH_SECONDS": "1",
-               "GANGSCOPE_SCHEDULE_MODELS_BUILD": "interval:3", "GANGSCOPE_SCHEDULE_REPORT_HOURLY": "off",
-               "GANGSCOPE_SCHEDULE_REPORT_DAILY": "off", "GANGSCOPE_SCHEDULE_COMPACTION": "off",
-               "GANGSCOPE_SCHEDULE_RETENTION": "off", "GANGSCOPE_SERVER_LISTEN": "127.0.0.1:0",
-               "GANGSCOPE_FINDINGS_ALERTMANAGER_URL": am.url, "GANGSCOPE_FINDINGS_ALERT_TTL_S": "7200"}
+        env = _run_env(sb.config, data, broker.bootstrap, prefix, am.url)
         log = tmp_path / "run.log"
         run = _start_run(env, log)
         state = data / STATE_FILE
