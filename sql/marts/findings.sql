@@ -155,8 +155,12 @@ adm_domains AS (
     GROUP BY ALL
 ),
 adm_free AS (
-    SELECT cluster, namespace, job, arg_max(domain, free_gpus) AS domain, max(free_gpus) AS free_gpus,
-           arg_max(node_free_gpus, free_gpus) AS node_free_gpus, max(node_gpus) AS node_gpus
+    -- Ties (several domains with nothing free) break by name: the same data names the same domain.
+    SELECT cluster, namespace, job,
+           first(domain ORDER BY free_gpus DESC NULLS LAST, node_free_gpus DESC NULLS LAST, domain) AS domain,
+           max(free_gpus) AS free_gpus,
+           first(node_free_gpus ORDER BY free_gpus DESC NULLS LAST, node_free_gpus DESC NULLS LAST, domain)
+               AS node_free_gpus, max(node_gpus) AS node_gpus
     FROM adm_domains GROUP BY ALL
 ),
 adm_f AS (

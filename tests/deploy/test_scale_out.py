@@ -41,7 +41,9 @@ def _event(i: int) -> K8sEvent:
 
 def _spawn(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", "import sys; from gangscope.app.cli import main; sys.exit(main())", "pipeline"],
+        # SIGUSR1 prints every thread's stack to the log: a writer that stops making progress shows where it is.
+        [sys.executable, "-c", "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1); "
+         "from gangscope.app.cli import main; sys.exit(main())", "pipeline"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
     )
 
@@ -60,13 +62,17 @@ def _owns_k8s_partitions(log: Path, topic: str) -> bool:
     return bool(assigned) and f"{topic}[" in assigned[-1]
 
 
-def _wait(cond, timeout_s: float, what: str, logs: list[Path]) -> None:
+def _wait(cond, timeout_s: float, what: str, logs: list[Path], procs: list[subprocess.Popen[bytes]]) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if cond():
             return
         time.sleep(0.3)
-    tails = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in logs)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGUSR1)
+    time.sleep(1)
+    tails = "\n".join(f"--- {p.name}\n{p.read_text()[-6000:]}" for p in logs)
     pytest.fail(f"timed out waiting for {what}\n{tails}")
 
 
@@ -111,21 +117,22 @@ def test_two_writers_kill9_exactly_once(settings: config.Settings, pg_catalog: s
                 assert pub.flush(60)
 
         topic = pkafka.topics(settings)["k8s"]
-        _wait(lambda: all(_owns_k8s_partitions(p, topic) for p in logs), 60, "both writers to own partitions", logs)
+        _wait(lambda: all(_owns_k8s_partitions(p, topic) for p in logs), 60, "both writers to own partitions",
+              logs, procs)
         streamer = threading.Thread(target=stream)
         streamer.start()
-        _wait(lambda: _count(settings) >= 600, 90, "the first records to land", logs)
+        _wait(lambda: _count(settings) >= 600, 90, "the first records to land", logs, procs)
         assert victim.poll() is None and survivor.poll() is None
         victim.send_signal(signal.SIGKILL)
         assert victim.wait(10) == -signal.SIGKILL
         at_kill = sent[0]
         # the survivor must take over the victim's partitions while the stream goes on
-        _wait(lambda: sent[0] >= at_kill + N_AFTER_KILL, 120, f"{N_AFTER_KILL} more records published", logs)
+        _wait(lambda: sent[0] >= at_kill + N_AFTER_KILL, 120, f"{N_AFTER_KILL} more records published", logs, procs)
         stop.set()
         streamer.join(120)
         assert not streamer.is_alive()
         total = sent[0]
-        _wait(lambda: _count(settings) >= total, 120, f"{total} records to land", logs)
+        _wait(lambda: _count(settings) >= total, 120, f"{total} records to land", logs, procs)
         time.sleep(2 * settings.pipeline.flush_seconds + 1)  # a late duplicate would show up by now
         survivor.send_signal(signal.SIGTERM)
         assert survivor.wait(60) == 0, logs[1].read_text()[-2000:]

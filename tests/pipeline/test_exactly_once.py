@@ -16,7 +16,7 @@ from tests.pipeline.helpers import dcgm_scrape, pod_event, start_pipeline
 
 pytestmark = pytest.mark.both_brokers  # Kafka behaviour: on the embedded broker and on Apache Kafka
 
-N_EVENTS, N_SCRAPES = 300, 60  # 300 k8s rows + 240 samples, each with a unique key
+N_EVENTS, N_SCRAPES = 600, 100  # 600 k8s rows + 400 samples, each with a unique key
 
 
 def _stored(settings: config.Settings) -> int:
@@ -58,21 +58,23 @@ def test_kill_9_mid_batch_repeatedly_then_restart_lands_exactly_once(settings: c
     watch = _Watch(settings)
     rng = random.Random(7)
     kills = []
+    total = N_EVENTS + N_SCRAPES
     for cycle in range(3):
         before = kills[-1] if kills else 0
+        # Kill once a random share of what is left has landed (not after a random time: a fast machine
+        # lands everything within any fixed delay); the kill then falls inside the next batches.
+        target = before + max(1, int((total - before) * rng.uniform(0.1, 0.5)))
         # A fresh group per life: the dead member's session need not expire first; the lake, not
         # the group's committed offsets, says where to resume.
         proc = start_pipeline(settings, "--once", batch_records=10, group_id=f"{settings.pipeline.group_id}-{cycle}")
         try:
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and (watch.progress() or 0) <= before and proc.poll() is None:
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0.0, 0.4))  # somewhere inside the next batches
+            while time.monotonic() < deadline and (watch.progress() or 0) < target and proc.poll() is None:
+                time.sleep(0.01)
         finally:
             proc.kill()  # SIGKILL: no cleanup, no flush
             proc.wait()
         kills.append(_stored(settings))
-    total = N_EVENTS + N_SCRAPES
     assert any(0 < k < total for k in kills), kills  # at least one kill landed in the middle
     watch.con.close()
     final = start_pipeline(settings, "--once", group_id=f"{settings.pipeline.group_id}-final")
