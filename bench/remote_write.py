@@ -42,23 +42,15 @@ def samples(nodes: int, rounds: int, t0: int) -> list[tuple[dict[str, str], int,
 
 
 def requests(data: list[tuple[dict[str, str], int, float]], per_request: int, shards: int) -> list[bytes]:
-    import cramjam
-
-    from collectors.prom.remote_write import WriteRequest
+    from tests.collectors_prom.rw import write_request_body
 
     queues: list[list[tuple[dict[str, str], int, float]]] = [[] for _ in range(shards)]
     for s in data:  # Prometheus shards by series hash, so a request mixes many targets
         queues[zlib.crc32(repr(sorted(s[0].items())).encode()) % shards].append(s)
     out = []
     for q in queues:
-        for i in range(0, len(q), per_request):
-            req = WriteRequest()
-            for labels, ts, v in q[i:i + per_request]:
-                series = req.timeseries.add()
-                for k in sorted(labels):
-                    series.labels.add(name=k, value=labels[k])
-                series.samples.add(value=v, timestamp=ts)
-            out.append(bytes(cramjam.snappy.compress_raw(req.SerializeToString())))
+        out += [write_request_body((labels, [(v, ts)]) for labels, ts, v in q[i:i + per_request])
+                for i in range(0, len(q), per_request)]
     return out
 
 

@@ -368,6 +368,10 @@ def run(settings: Settings, bootstrap: str, *, once: bool = False,
             loop.consumer.assign(sorted(parts))
             loop.assign(parts)
         else:
+            # Join only once the metadata lists every topic: a leader that assigns before it knows a topic gives
+            # nobody its partitions, and kafka-python 3.0 did not always rejoin when the metadata came (on
+            # Apache Kafka under load, a member stayed without partitions for over a minute).
+            _partitions(loop, set())
             loop.consumer.subscribe(loop.topics, listener=_Rebalance(loop))
     except BaseException:
         loop.close()

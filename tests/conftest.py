@@ -40,6 +40,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "both_brokers: run on the embedded broker and on Apache Kafka")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The live end-to-end files first (minutes each, mostly waiting on simulated time): with the workers of
+    ``-n 2 --dist loadfile`` they then run beside the rest instead of one after the other at the end."""
+    items.sort(key=lambda item: "/tests/e2e/" not in str(item.path))
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "broker" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_brokers"):
         metafunc.parametrize("broker", BROKERS, indirect=True)

@@ -14,11 +14,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import cramjam
 import pytest
 
 from collectors.metrics.replayfile import read_metrics_file
-from collectors.prom.remote_write import WriteRequest
 from collectors.simulate import generate
 from gangscope import config, telemetry
 from gangscope.app import cli
@@ -26,6 +24,7 @@ from gangscope.app.replay import replay
 from gangscope.transport import kafka as pkafka
 from pipeline import lake, models
 from tests.collectors_metrics.lakeread import landed_samples
+from tests.collectors_prom.rw import write_request_body
 from tests.collectors_prom.test_remote_write import _environ, _post, running, service_settings, stored_samples
 from tests.servers.prometheus import Process
 
@@ -52,15 +51,8 @@ def _requests(metrics: Path, cluster: str, insane: list[tuple[dict[str, str], fl
                             **b.series_labels[s]}, v, ts))
     total = len(series)
     series[per_request // 2:per_request // 2] = insane
-    bodies = []
-    for i in range(0, len(series), per_request):
-        req = WriteRequest()
-        for labels, v, ts in series[i:i + per_request]:
-            t = req.timeseries.add()
-            for k in sorted(labels):
-                t.labels.add(name=k, value=labels[k])
-            t.samples.add(value=v, timestamp=ts)
-        bodies.append(bytes(cramjam.snappy.compress_raw(req.SerializeToString())))
+    bodies = [write_request_body((labels, [(v, ts)]) for labels, v, ts in series[i:i + per_request])
+              for i in range(0, len(series), per_request)]
     return bodies, total
 
 

@@ -19,13 +19,14 @@ import pytest
 
 from collectors.metrics.parse import parse_text
 from collectors.prom.backfill import Source, signal_selector
-from collectors.prom.remote_write import STALE_NAN, WriteRequest, decode
+from collectors.prom.remote_write import STALE_NAN, decode
 from gangscope import config
 from gangscope.app import cli
 from gangscope.app.service import run_service
 from gangscope.transport.broker import EmbeddedBroker
 from pipeline.signals import signal_map
 from tests.collectors_metrics.lakeread import Sample, landed_samples, value_key
+from tests.collectors_prom.rw import write_request_body
 from tests.servers.prometheus import Process, Prometheus, free_port
 
 
@@ -198,14 +199,9 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
 def test_malformed_requests_are_4xx_and_land_nothing(settings: config.Settings) -> None:
     s = service_settings(settings)
     proto = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
-    good = WriteRequest()
-    series = good.timeseries.add()
-    for k, v in (("__name__", "up"), ("instance", "n1:9100"), ("job", "node"), ("zone", "a")):
-        series.labels.add(name=k, value=v)
     now = int(time.time() * 1000)
-    series.samples.add(value=1.0, timestamp=now)
-    series.samples.add(value=0.0, timestamp=now + 1)
-    body = bytes(cramjam.snappy.compress_raw(good.SerializeToString()))
+    body = write_request_body([({"__name__": "up", "instance": "n1:9100", "job": "node", "zone": "a"},
+                                [(1.0, now), (0.0, now + 1)])])
     with running(s) as url:
         assert _post(url, b"not snappy at all", proto) == 400
         assert _post(url, bytes(cramjam.snappy.compress_raw(b"\xff\xff\xff")), proto) == 400
@@ -220,18 +216,11 @@ def test_decode_drops_staleness_markers_and_names_unlabelled_series() -> None:
     import struct
 
     stale = struct.unpack("<d", struct.pack("<Q", STALE_NAN))[0]
-    req = WriteRequest()
-    a = req.timeseries.add()
-    a.labels.add(name="__name__", value="node_load1")
-    a.labels.add(name="instance", value="h:9100")
-    a.labels.add(name="job", value="node")
-    a.samples.add(value=0.5, timestamp=1000)
-    a.samples.add(value=stale, timestamp=2000)
-    a.samples.add(value=float("nan"), timestamp=3000)  # an ordinary NaN is a value
-    b = req.timeseries.add()
-    b.labels.add(name="__name__", value="job:rate5m")  # a recording rule: no job/instance
-    b.samples.add(value=2.0, timestamp=1500)
-    out = decode(bytes(cramjam.snappy.compress_raw(req.SerializeToString())), "c1")
+    out = decode(write_request_body([
+        ({"__name__": "node_load1", "instance": "h:9100", "job": "node"},
+         [(0.5, 1000), (stale, 2000), (float("nan"), 3000)]),  # an ordinary NaN is a value
+        ({"__name__": "job:rate5m"}, [(2.0, 1500)]),  # a recording rule: no job/instance
+    ]), "c1")
     assert [(x.job, x.instance, x.scraped_at_ms, x.series_metric, x.sample_ts_ms) for x in out] == [
         ("node", "h:9100", 1000, ["node_load1"], [1000, 3000]),
         ("prometheus", "prometheus", 1500, ["job:rate5m"], [1500])]
@@ -252,13 +241,8 @@ def test_backpressure_and_unacknowledged_requests_are_503_and_withdrawn(tmp_path
     try:
         receiver = Receiver(publisher, "c1", ack_timeout_s=0.5, max_buffered=3)
         proto = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
-        req = WriteRequest()
-        for i in range(2):  # two targets: two records
-            ts = req.timeseries.add()
-            for k, v in (("__name__", "up"), ("instance", f"n{i}:9100"), ("job", "node")):
-                ts.labels.add(name=k, value=v)
-            ts.samples.add(value=1.0, timestamp=1_796_000_000_000)
-        body = bytes(cramjam.snappy.compress_raw(req.SerializeToString()))
+        body = write_request_body(({"__name__": "up", "instance": f"n{i}:9100", "job": "node"},  # two targets
+                                   [(1.0, 1_796_000_000_000)]) for i in range(2))
         code, headers, text = receiver.handle(body, proto)
         assert code == 503 and headers["Retry-After"] and b"did not acknowledge" in text
         assert publisher.buffered == 0  # withdrawn: the retry will not double them

@@ -74,7 +74,9 @@ def test_once_does_not_exit_while_another_member_holds_unlanded_partitions(setti
     publish(settings, range(400), range(40))
     lake.connect(settings).close()  # the lake exists before the first look
     holder = pkafka.consumer(settings, settings.kafka.bootstrap_servers)
-    holder.subscribe(list(pkafka.topics(settings).values()))
+    topics = list(pkafka.topics(settings).values())
+    assert all(holder.partitions_for_topic(t) for t in topics)  # known before joining, as pipeline/consume.py does
+    holder.subscribe(topics)
     proc = None
     try:
         deadline = time.monotonic() + 60

@@ -101,7 +101,10 @@ def start_prometheus(config: dict[str, Any]) -> Prometheus:
     (root / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     args = [binary, f"--config.file={root / 'prometheus.yml'}", f"--web.listen-address=127.0.0.1:{port}",
-            f"--storage.tsdb.path={root / 'data'}", "--log.level=warn"]
+            f"--storage.tsdb.path={root / 'data'}", "--log.level=warn",
+            # On shutdown Prometheus waits this long for remote-write queues to drain (default 1 m): a test's
+            # receiver is gone by then, so stopping took the whole 20 s of halt() before the kill.
+            "--storage.remote.flush-deadline=2s"]
     return _launch(Prometheus, args, root, port, "/-/ready", "prometheus")
 
 
