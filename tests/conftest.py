@@ -38,12 +38,19 @@ def _started(start: Callable[[], T]) -> T:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "both_brokers: run on the embedded broker and on Apache Kafka")
+    # pytest-xdist hands files out largest first, which put the one-test live e2e files last, one after the other
+    # on one worker; the order of pytest_collection_modifyitems below is kept instead.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The live end-to-end files first (minutes each, mostly waiting on simulated time): with the workers of
-    ``-n 2 --dist loadfile`` they then run beside the rest instead of one after the other at the end."""
-    items.sort(key=lambda item: "/tests/e2e/" not in str(item.path))
+    """The live end-to-end files first (minutes each, mostly waiting on simulated time), then the other files
+    largest first: with the workers of ``-n 2 --dist loadfile`` the long ones run beside the rest."""
+    per_file: dict[Path, int] = {}
+    for item in items:
+        per_file[item.path] = per_file.get(item.path, 0) + 1
+    items.sort(key=lambda item: ("/tests/e2e/" not in str(item.path), -per_file[item.path]))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
