@@ -1,4 +1,5 @@
-"""Read landed samples back from the lake as comparable tuples (the replay, remote-write and backfill tests)."""
+"""Read what landed back from the lake: samples as comparable tuples (the replay, remote-write and backfill tests)
+and any query's rows (the time-sanity test, bench/hostile.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,15 @@ Sample = tuple[str, str, str, tuple[tuple[str, str], ...], int, str]  # job, ins
 def value_key(v: float | None) -> str:
     """A value as comparable text (NaN equals NaN; None is a value the collector marked missing)."""
     return "none" if v is None else "nan" if math.isnan(v) else repr(float(v))
+
+
+def lake_query(settings: Settings, sql: str) -> list[tuple]:
+    """Rows of ``sql`` on a read-only connection, closed again (a writer may be running beside it)."""
+    con = lake.connect(settings, read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
 
 
 def landed_samples(settings: Settings, where: str = "TRUE") -> list[Sample]:

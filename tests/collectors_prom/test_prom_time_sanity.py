@@ -22,22 +22,14 @@ from gangscope import config, telemetry
 from gangscope.app import cli
 from gangscope.app.replay import replay
 from gangscope.transport import kafka as pkafka
-from pipeline import lake, models
-from tests.collectors_metrics.lakeread import landed_samples
+from pipeline import models
+from tests.collectors_metrics.lakeread import lake_query, landed_samples
 from tests.collectors_prom.rw import write_request_body
 from tests.collectors_prom.test_remote_write import _environ, _post, running, service_settings, stored_samples
 from tests.servers.prometheus import Process
 
 YEAR_9999_MS = 253402300799000
 PROTO = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
-
-
-def _query(settings: config.Settings, sql: str) -> list[tuple]:
-    con = lake.connect(settings, read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def _requests(metrics: Path, cluster: str, insane: list[tuple[dict[str, str], float, int]],
@@ -82,19 +74,19 @@ def test_remote_write_sends_insane_times_to_the_dead_letter_and_keeps_the_diagno
     assert telemetry.REJECTED_AT_EDGE.labels(topic)._value.get() - rejected_before == 2
     replay(s, [str(sim.directory / "k8s.jsonl")], [], progress=None)
 
-    dead = sorted(r[0] for r in _query(s, "SELECT reason FROM raw.dead_letters"))
+    dead = sorted(r[0] for r in lake_query(s, "SELECT reason FROM raw.dead_letters"))
     assert len(dead) == 2, dead
     assert dead[0].startswith("refused at the edge: remote write: DCGM_FI_DEV_XID_ERRORS: sample timestamp "
                               f"{(start_ms + 1_800_000) // 1000} looks like seconds (milliseconds")
     assert dead[1].startswith("refused at the edge: remote write: DCGM_FI_DEV_XID_ERRORS: sample timestamp "
                               f"{YEAR_9999_MS} is more than 600 s in the future")
     # Nothing else lost, nothing shifted: every sample of the file, none of the insane ones, none outside the hour.
-    count, lo, hi, hostile = _query(s, "SELECT count(*), min(epoch_ms(ts)), max(epoch_ms(ts)), "
+    count, lo, hi, hostile = lake_query(s, "SELECT count(*), min(epoch_ms(ts)), max(epoch_ms(ts)), "
                                        "count(*) FILTER (target LIKE 'hostile%') FROM raw.metric_samples")[0]
     assert (count, hostile) == (total, 0)
     assert start_ms <= lo and hi <= start_ms + 3_600_000
     models.build(s)
-    jobs = {(ns, job): cause for ns, job, cause in _query(s, "SELECT namespace, job, root_cause FROM marts.jobs")}
+    jobs = {(ns, job): cause for ns, job, cause in lake_query(s, "SELECT namespace, job, root_cause FROM marts.jobs")}
     assert jobs == truth  # the healthy jobs stay healthy, the faulty ones are found
 
 
