@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gangscope import config  # noqa: E402
 from gangscope.errors import UserError  # noqa: E402
+from tests.collectors_metrics.lakeread import lake_query as query  # noqa: E402
 
 NOW = datetime.now(UTC)
 T0 = "2026-11-01T00:30:00Z"  # inside the scenario's hour
@@ -235,16 +236,6 @@ def settings_for(data: Path, bootstrap: str, prefix: str) -> config.Settings:
                        environ={})
 
 
-def query(s: config.Settings, sql: str) -> list[tuple]:
-    from pipeline import lake
-
-    con = lake.connect(s, read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 def counts(s: config.Settings) -> dict:
     return dict(query(s, "SELECT 'k8s', count(*) FROM raw.k8s_objects UNION ALL SELECT 'points', count(*) FROM "
                          "raw.metric_points UNION ALL SELECT 'dead', count(*) FROM raw.dead_letters UNION ALL "
@@ -357,14 +348,18 @@ def watch_once(s: config.Settings, action: object, bootstrap: str) -> tuple[bool
     watched.setLevel(logging.WARNING)  # (the bench logs at ERROR)
     watched.propagate = False
     clock.configure(T0, time.time())  # observed inside the scenario's hour, as the replay cases' observedAt
+    # Watch the hostile namespace only: a list of every namespace from an API server that holds none of the
+    # baseline's objects would rightly make them gone (staging.stg_k8s_gone) and change every finding.
+    s.k8s.namespaces = ["hostile"]
     stop = threading.Event()
     coll = K8sCollector(s, Client(api.url), locked(sink), watch_timeout_s=30.0, backoff_base_s=0.1)
     t = threading.Thread(target=coll.run, args=(stop,), daemon=True)
     t.start()
     try:
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not (api.count_requests(watch=True, path="/api/v1/pods")
-                                                   and api.count_requests(watch=True, path="/api/v1/events")):
+        while time.monotonic() < deadline and not (
+                api.count_requests(watch=True, path="/api/v1/namespaces/hostile/pods")
+                and api.count_requests(watch=True, path="/api/v1/namespaces/hostile/events")):
             time.sleep(0.05)
         action(api)  # type: ignore[operator]
         api.put(*PODS, pod(GOOD_AFTER))
