@@ -13,16 +13,16 @@ from pipeline import consume, lake, models
 from pipeline.signals import sql_variables
 from tests.collectors_metrics.httpserve import Route
 from tests.collectors_metrics.httpserve import serve as http_serve
-from tests.collectors_metrics.synthetic import IB_SAMPLE, L4_SAMPLE
+from tests.collectors_metrics.synthetic import IB_SAMPLE, L4_SAMPLE, reference_text
 
 SQL = Path(__file__).resolve().parents[2] / "sql" / "staging"
 RX = 'node_infiniband_port_data_received_bytes_total{device="mlx4_0",port="1"} 1.8527668e+07'
 
 
 def test_collect_once_lands_and_models_signals(settings: config.Settings, tmp_path: Path) -> None:
-    ib = IB_SAMPLE.read_text()
+    ib = reference_text(IB_SAMPLE)
     assert RX in ib
-    routes = {"/dcgm": Route(L4_SAMPLE.read_text()), "/ib": Route(ib)}
+    routes = {"/dcgm": Route(reference_text(L4_SAMPLE)), "/ib": Route(ib)}
     with http_serve(routes) as (base, _):
         cfg = tmp_path / "gangscope.yaml"
         cfg.write_text(yaml.safe_dump({

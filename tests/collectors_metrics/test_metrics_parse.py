@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.metrics.parse import parse_many, parse_text, to_batch
-from tests.collectors_metrics.synthetic import IB_SAMPLE, L4_SAMPLE, h100_scrape
+from tests.collectors_metrics.synthetic import IB_SAMPLE, L4_SAMPLE, h100_scrape, reference_text
 
 EDGE = r'''# HELP esc_total Escapes in label values.
 # TYPE esc_total counter
@@ -58,9 +58,7 @@ def same(a: list, b: list) -> None:
 
 @pytest.mark.parametrize("path", [L4_SAMPLE, IB_SAMPLE], ids=["dcgm-L4", "node-infiniband"])
 def test_real_samples_match_prometheus_client(path) -> None:
-    if not path.exists():
-        pytest.skip(f"{path} missing")
-    text = path.read_text()
+    text = reference_text(path)
     same(mine(text), reference(text))
     assert len(parse_text(text)) > 20
 

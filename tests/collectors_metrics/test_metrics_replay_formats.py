@@ -153,10 +153,10 @@ def test_dump_named_after_its_node_joins_by_instance(settings: config.Settings, 
     its node: replayed without flags, its samples reach that Node by the instance rule of CONTRACT section 2."""
     from pipeline import lake, models
     from pipeline.signals import sql_variables
-    from tests.collectors_metrics.synthetic import IB_SAMPLE
+    from tests.collectors_metrics.synthetic import IB_SAMPLE, reference_text
 
     t0 = int(time.time() * 1000) - 120_000
-    body = [line for line in IB_SAMPLE.read_text().splitlines() if line and not line.startswith("#")]
+    body = [line for line in reference_text(IB_SAMPLE).splitlines() if line and not line.startswith("#")]
     assert not any("job=" in line or "instance=" in line for line in body)
     path = tmp_path / "gpu-node-7.prom"
     path.write_text("".join(f"{line} {t0 + k * 15_000}\n" for k in range(2) for line in body))

@@ -21,7 +21,7 @@ from gangscope.transport import kafka as pkafka
 from gangscope.transport.publish import Publisher
 from tests.collectors_metrics.httpserve import Route
 from tests.collectors_metrics.httpserve import serve as http_serve
-from tests.collectors_metrics.synthetic import IB_SAMPLE, L4_SAMPLE, h100_scrape
+from tests.collectors_metrics.synthetic import IB_SAMPLE, L4_SAMPLE, h100_scrape, reference_text
 
 
 def _settings(tmp_path: Path, **metrics: object) -> config.Settings:
@@ -40,7 +40,7 @@ def _round(targets: list[Target]) -> tuple[list[ScrapeBatch], list[ScrapeBatch]]
 
 
 def test_scrapes_real_and_synthetic_exporters(tmp_path: Path) -> None:
-    routes = {"/l4": Route(L4_SAMPLE.read_text()), "/ib": Route(IB_SAMPLE.read_text()),
+    routes = {"/l4": Route(reference_text(L4_SAMPLE)), "/ib": Route(reference_text(IB_SAMPLE)),
               "/h100a": Route(h100_scrape("gpu-a")), "/h100b": Route(h100_scrape("gpu-b", hostname_key="hostname"))}
     with http_serve(routes) as (base, seen):
         s = _settings(tmp_path, targets=[
@@ -50,7 +50,7 @@ def test_scrapes_real_and_synthetic_exporters(tmp_path: Path) -> None:
         batches, _ = _round(static_targets(s))
     assert [b.up for b in batches] == [True] * 4 and all(b.error is None for b in batches)
     l4, ib, ha, hb = batches
-    assert len(l4.sample_value) == len(parse_text(L4_SAMPLE.read_text()))
+    assert len(l4.sample_value) == len(parse_text(reference_text(L4_SAMPLE)))
     assert (l4.job, l4.cluster, l4.target) == ("dcgm", "c1", f"{base}/l4")
     assert l4.instance == base.removeprefix("http://")
     power = l4.series_metric.index("DCGM_FI_DEV_POWER_USAGE")
