@@ -193,12 +193,18 @@ def source_state(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def _existing(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """``schema.name`` -> TABLE or VIEW for every object in the lake (one catalog query, not one per model)."""
+    """``schema.name`` -> TABLE or VIEW for every object in the lake (one catalog query, not one per model).
+
+    From ``duckdb_columns()``, not ``duckdb_tables()``: that one sizes every DuckLake table, 0.1 to 0.5 s.
+    """
     rows = con.execute(
-        "SELECT schema_name || '.' || table_name, 'TABLE' FROM duckdb_tables() WHERE database_name = ? "
+        "SELECT DISTINCT schema_name || '.' || table_name, 'TABLE' FROM duckdb_columns() WHERE database_name = ? "
         "UNION ALL SELECT schema_name || '.' || view_name, 'VIEW' FROM duckdb_views() WHERE database_name = ?",
         [lake.ALIAS, lake.ALIAS]).fetchall()
-    return dict(rows)
+    out: dict[str, str] = {}
+    for name, kind in rows:
+        out[name] = "VIEW" if kind == "VIEW" or out.get(name) == "VIEW" else kind
+    return out
 
 
 def definitions(settings: Settings, sql_dir: Path = SQL_DIR) -> str:
@@ -313,6 +319,10 @@ def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: d
             con.execute("SET VARIABLE watermark = '-infinity'::TIMESTAMPTZ")
             _replace(con, m, "TABLE", existing)
             inc = False
+        if inc and not m.watermark_from:  # its own column's mark: only the rows just built can raise it
+            seen[f"{m.table}.{m.watermark}"] = con.execute(
+                f"SELECT greatest(max({m.watermark}), ?::TIMESTAMPTZ) FROM {m.table} "
+                f"WHERE {m.watermark} > getvariable('watermark')", [old[0]]).fetchone()[0]
         new_marks[m.table] = (_input_high_water(con, m, seen), digest)
         return inc
     _replace(con, m, "TABLE", existing)
