@@ -51,6 +51,7 @@ INPUTS = "staging._model_inputs"  # per model: the state of the raw tables it re
 # Every raw table a model may read, with the time column its state is taken on.
 RAW_TIME = {"raw.k8s_objects": "observed_at", "raw.metric_points": "ts", "raw.metric_series": "day",
             "raw.scrapes": "scraped_at"}
+RAW_VIEWS = {"raw.metric_samples": ("raw.metric_points", "raw.metric_series")}
 # The models' time sanity (rows dated after it are left out until the clock reaches them): the one use of
 # the clock a skipped model may make, because the raw state counts the rows beyond it.
 HORIZON = "now() + INTERVAL 1 DAY"
@@ -237,7 +238,8 @@ def is_stale(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, s
 
 
 def raw_inputs(plan: list[Model]) -> dict[str, list[str]]:
-    """Per model, the raw tables it reads directly or through other models (any raw view: all of them)."""
+    """Per model, the raw tables it reads directly or through other models (a raw view: the tables under it;
+    a raw table without a state in ``RAW_TIME`` stays as it is, and its readers are built every time)."""
     by_name = {m.table: m for m in plan}
     out: dict[str, list[str]] = {}
     for m in plan:  # dependency order: a model's inputs are known before its readers'
@@ -246,7 +248,7 @@ def raw_inputs(plan: list[Model]) -> dict[str, list[str]]:
             if r in by_name:
                 raw.update(out.get(r, ()))
             elif r.startswith("raw."):
-                raw.update([r] if r in RAW_TIME else RAW_TIME)
+                raw.update(RAW_VIEWS.get(r, (r,)))
         out[m.table] = sorted(raw)
     return out
 
@@ -398,7 +400,8 @@ def _dirty(m: Model, full: bool, existing: dict[str, str], built: dict[str, str]
     Rebuilt: on ``full``; when its table (or view) is missing; when it reads the clock other than as the
     time-sanity HORIZON (``Model.clock``); when ``state`` (the SQL and variables of every model, and the
     state of each raw table it reads, directly or not: ``raw_states``) differs from the one recorded when
-    it was last built; when a model it reads was built in this build.
+    it was last built; when a model it reads was built in this build. The caller passes ``full`` for a model
+    reading a raw table without a state.
     """
     kind = "VIEW" if m.materialized == "view" else "TABLE"
     return (full or m.clock or existing.get(m.table) != kind or built.get(m.table) != state
@@ -428,8 +431,8 @@ def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, de
         new_marks: dict[str, tuple[object, str]] = {}
         new_states: dict[str, tuple[str]] = {}
         for m in plan:
-            m_state = defs + "|" + ";".join(f"{t}={raws[t]}" for t in inputs[m.table])
-            if not _dirty(m, full, existing, built, m_state, rebuilt):
+            m_state = defs + "|" + ";".join(f"{t}={raws.get(t)}" for t in inputs[m.table])
+            if not _dirty(m, full or not raws.keys() >= set(inputs[m.table]), existing, built, m_state, rebuilt):
                 stats.skipped.append(m.table)
                 continue
             t = time.perf_counter()

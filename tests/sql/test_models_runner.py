@@ -224,20 +224,22 @@ def test_builds_of_what_changed_equal_full_builds(tmp_path: Path) -> None:
 
 
 def test_models_reading_the_clock_are_rebuilt(offline_settings, tmp_path: Path) -> None:
-    """A model reading now() other than as the time-sanity horizon is rebuilt at every build; one reading
-    only unchanged raw tables, or the horizon, is not."""
+    """A model reading now() other than as the time-sanity horizon is rebuilt at every build, and so is one
+    reading a raw table the runner keeps no state of; one reading only unchanged raw tables, or the horizon,
+    is not."""
     d = tmp_path / "sql"
     _write(d, "staging", "s_clock", "SELECT count(*) AS n, now() - INTERVAL 10 MINUTE AS since FROM raw.k8s_objects")
     _write(d, "staging", "s_horizon",
            "SELECT count(*) AS n FROM raw.k8s_objects WHERE observed_at <= now() + INTERVAL 1 DAY")
     _write(d, "intermediate", "i_after_clock", "SELECT * FROM staging.s_clock")
-    _write(d, "marts", "m_metrics", "SELECT count(*) AS n FROM raw.metric_points -- now() in a comment is no clock")
+    _write(d, "marts", "m_metrics", "SELECT count(*) AS n FROM raw.metric_samples -- now() in a comment is no clock")
+    _write(d, "marts", "m_dead", "SELECT count(*) AS n FROM raw.dead_letters")
     found = models.discover(d)
     assert [t for t, m in found.items() if m.clock] == ["staging.s_clock"]
     first = models.build(offline_settings, sql_dir=d)
-    assert first.models == 4
+    assert first.models == 5
     second = models.build(offline_settings, sql_dir=d)
-    assert set(second.per_model_s) == {"staging.s_clock", "intermediate.i_after_clock"}
+    assert set(second.per_model_s) == {"staging.s_clock", "intermediate.i_after_clock", "marts.m_dead"}
     assert set(second.skipped) == {"staging.s_horizon", "marts.m_metrics"}
 
 
