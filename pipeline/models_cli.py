@@ -9,7 +9,8 @@ def _build(settings, args) -> int:
     lake.require(settings)
     stats = models.build(settings, full=args.full)
     inc = f", {len(stats.incremental)} incremental" if stats.incremental else ""
-    print(f"built {stats.models} models in {stats.seconds:.1f}s{inc}")
+    kept = f", {len(stats.skipped)} unchanged" if stats.skipped else ""
+    print(f"built {stats.models} models in {stats.seconds:.1f}s{inc}{kept}")
     return 0
 
 
@@ -17,7 +18,8 @@ def register(groups, common) -> None:
     p = groups["group"]("models", "SQL models").add_parser(
         "build", parents=[common], help="build the SQL models in sql/",
         description="Build the SQL models of sql/ (staging, intermediate, marts) into the lake, in the order "
-        "their references give. Models over append-only inputs are built incrementally.",
+        "their references give. Only models whose inputs changed are built (docs/models.md); models over "
+        "append-only inputs are built incrementally.",
     )
-    p.add_argument("--full", action="store_true", help="rebuild incremental models from scratch")
+    p.add_argument("--full", action="store_true", help="build every model, incremental ones from scratch")
     p.set_defaults(handler=_build)
