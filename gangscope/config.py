@@ -84,8 +84,8 @@ class RemoteWriteSettings:
     ack_timeout_s: float = 20.0  # answer 503 (Prometheus retries) when Kafka has not acknowledged by then
     max_buffered_records: int = 50_000  # records waiting for Kafka above which new requests get 503 at once
     max_body_bytes: int = 32 << 20  # a larger (snappy-compressed) request is answered 413
-    # Processes that decode and encode requests (collectors/prom/remote_write.py). None: one per core on a
-    # machine with more than one; 0: in the receiving process.
+    # Processes that decode and encode requests (collectors/prom/remote_write.py). None: one per core (at
+    # most 4) on a machine with more than one; 0: in the receiving process.
     workers: int | None = None
 
 

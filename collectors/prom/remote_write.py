@@ -20,6 +20,12 @@ Prometheus does not resend what no retry can fix.
 
 Staleness markers (the NaN with bits ``0x7ff0000000000002`` Prometheus writes when a series
 ends) are not samples and are dropped; exemplars, metadata and native histograms are ignored.
+
+Throughput: decoding and encoding run in worker processes (``remote_write.workers``) and the receiving
+process only publishes the encoded records, so one GIL does not bound it. Each worker caches every
+series it saw (labels as sent, their record text and node), as Prometheus sends the same series in
+every request. A worker that dies fails only the requests it held, with 503, before any of their
+records was published: Prometheus' retry lands them once.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -187,10 +193,14 @@ def worker_pid(_: object = None) -> int:
     return os.getpid()
 
 
+DEFAULT_MAX_WORKERS = 4  # each about 200k samples/s; each keeps its own series cache
+
+
 def default_workers() -> int:
-    """Decoding processes when ``remote_write.workers`` is unset: one per core on a machine with more than one."""
+    """Decoding processes when ``remote_write.workers`` is unset: one per core (at most 4) on a machine with more
+    than one."""
     cores = os.cpu_count() or 1
-    return cores if cores > 1 else 0
+    return min(cores, DEFAULT_MAX_WORKERS) if cores > 1 else 0
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
@@ -295,7 +305,7 @@ class Receiver:
             return self._retry("a decoding worker died; try again")
         except TimeoutError:
             return self._retry(f"not decoded within {self.ack_timeout_s:g} s")
-        except RuntimeError:  # the pool was shut down under us
+        except (RuntimeError, CancelledError):  # the pool was shut down under us
             return self._retry("the service is stopping")
         for job, instance, _, _, _, rejected in records:
             if rejected and (job, instance) not in self._refused_logged:  # once per target; the count is in /metrics
