@@ -7,10 +7,11 @@ label as sent (``job``/``instance`` become the batch's columns, as in a scrape),
 
 The answer follows the protocol's retry rules, so nothing is lost: 204 only after Kafka
 acknowledged every record of the request; 400 for a body that cannot be decoded (Prometheus
-drops it: retrying cannot help); 503 with ``Retry-After`` when the publisher is backed up,
-Kafka did not acknowledge within ``ack_timeout_s``, or the service is stopping (Prometheus
-retries). On a timeout the request's records not sent yet are withdrawn; one already in flight
-may still land, so a retried request can land twice: identical samples, which staging reads once.
+drops it: retrying cannot help); 503 with ``Retry-After`` when the publisher is backed up, the
+request was not decoded and acknowledged within ``ack_timeout_s`` of its arrival, its decoding worker
+died, or the service is stopping (Prometheus retries). On a timeout the request's records not sent yet
+are withdrawn; one already in flight may still land, so a retried request can land twice: identical
+samples, which staging reads once.
 
 Time sanity (gangscope/timesanity.py, as for scrapes): samples stamped before 2000, further than
 ``clock_skew_s`` in the future of the request's receipt, or in another unit than milliseconds leave
