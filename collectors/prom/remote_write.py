@@ -59,10 +59,11 @@ _U64 = struct.Struct("<Q")
 
 def _classes() -> tuple[Any, Any, Any]:
     """``prometheus.WriteRequest`` and ``TimeSeries`` of remote write 1.0 (prompb/remote.proto, types.proto),
-    built from their descriptor, plus ``SamplesWriteRequest``: the same message read with only the samples
-    declared, so that a series' labels stay unknown fields, which protobuf keeps as their wire bytes: once
-    the samples are read and cleared, serializing the series gives its labels' wire form, the key of the
-    series cache, without a Python object per label (that was most of the decoding)."""
+    built from their descriptor, plus ``SamplesWriteRequest``: the same message read without the labels
+    declared (exemplars and histograms as bytes, ignored), so that a series' labels stay unknown fields,
+    which protobuf keeps as their wire bytes: once the samples are read and cleared, serializing the series
+    gives its labels' wire form, the key of the series cache, without a Python object per label (that was
+    most of the decoding)."""
     fdp = descriptor_pb2.FileDescriptorProto(name="gangscope_prompb.proto", package="prometheus", syntax="proto3")
     f = descriptor_pb2.FieldDescriptorProto
     repeated, optional = f.LABEL_REPEATED, f.LABEL_OPTIONAL
@@ -79,7 +80,8 @@ def _classes() -> tuple[Any, Any, Any]:
     message("TimeSeries", ("labels", 1, repeated, f.TYPE_MESSAGE, ".prometheus.Label"),
             ("samples", 2, repeated, f.TYPE_MESSAGE, ".prometheus.Sample"))
     message("WriteRequest", ("timeseries", 1, repeated, f.TYPE_MESSAGE, ".prometheus.TimeSeries"))
-    message("SamplesTimeSeries", ("samples", 2, repeated, f.TYPE_MESSAGE, ".prometheus.Sample"))
+    message("SamplesTimeSeries", ("samples", 2, repeated, f.TYPE_MESSAGE, ".prometheus.Sample"),
+            ("exemplars", 3, repeated, f.TYPE_BYTES, None), ("histograms", 4, repeated, f.TYPE_BYTES, None))
     message("SamplesWriteRequest", ("timeseries", 1, repeated, f.TYPE_MESSAGE, ".prometheus.SamplesTimeSeries"))
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
@@ -138,8 +140,14 @@ def decode(body: bytes, cluster: str) -> list[ScrapeBatch]:
     groups: dict[tuple[str, str], tuple[list[str], list[dict[str, str]], list[int], list[int], list[float]]] = {}
     pack, unpack, cache, series_of = _F64.pack, _U64.unpack, _SERIES, _series
     for ts in req.timeseries:
-        points = [(s.value, s.timestamp) for s in ts.samples]
+        samples = ts.samples
+        if not samples:  # exemplars or native histograms only: ignored
+            continue
+        points = [(s.value, s.timestamp) for s in samples]
         ts.ClearField("samples")  # what is left is the labels' wire form: the cache key
+        if ts.exemplars or ts.histograms:  # (some senders put exemplars beside the samples)
+            ts.ClearField("exemplars")
+            ts.ClearField("histograms")
         key = ts.SerializeToString()
         target, name, labels = cache.get(key) or series_of(key)
         g = None

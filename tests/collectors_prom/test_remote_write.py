@@ -231,6 +231,29 @@ def test_decode_drops_staleness_markers_and_names_unlabelled_series() -> None:
         decode(b"\x00garbage", "c1")
 
 
+def test_exemplars_and_native_histograms_are_ignored_and_do_not_split_a_series() -> None:
+    """Exemplars beside a series' samples (some senders put them there) or alone, and native histograms, are
+    not read; a series whose exemplar changes from request to request is still one series of the cache."""
+    from collectors.prom import remote_write as rw
+
+    labels = {"__name__": "node_load1", "instance": "h:9100", "job": "node", "zone": f"z{time.time_ns()}"}
+
+    def body(at: int, trace: str) -> bytes:
+        req = rw.SamplesWriteRequest.FromString(bytes(cramjam.snappy.decompress_raw(write_request_body([
+            (labels, [(0.5, at)]), ({**labels, "__name__": "node_load5"}, [])]))))
+        exemplar = rw.TimeSeries(labels=[{"name": "trace_id", "value": trace}]).SerializeToString()  # (labels, 1)
+        req.timeseries[0].exemplars.append(exemplar)
+        req.timeseries[1].exemplars.append(exemplar)  # an exemplar alone, as Prometheus sends them
+        req.timeseries[1].histograms.append(b"\x08\x01")
+        return bytes(cramjam.snappy.compress_raw(req.SerializeToString()))
+
+    cached = len(rw._SERIES)
+    out = [b for at, trace in ((1000, "a1"), (2000, "b2")) for b in decode(body(at, trace), "c1")]
+    assert [(b.job, b.instance, b.series_metric, b.series_labels, b.sample_ts_ms, b.sample_value) for b in out] == [
+        ("node", "h:9100", ["node_load1"], [{"zone": labels["zone"]}], [at], [0.5]) for at in (1000, 2000)]
+    assert len(rw._SERIES) == cached + 1  # one series, whatever its exemplars
+
+
 def test_backpressure_and_unacknowledged_requests_are_503_and_withdrawn(tmp_path: Path) -> None:
     """A publisher whose Kafka is unreachable (nothing listens on the port): a backlog makes new requests 503 at
     once; a request Kafka does not acknowledge in time is 503 too, and its records leave the publisher."""
