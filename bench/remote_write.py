@@ -7,8 +7,9 @@ protobuf, built before the clock starts) and handed to the receiver (``collector
 from ``--shards`` threads, as Prometheus' shards send concurrently; each request counts when Kafka (the
 embedded broker) acknowledged it, as its 204 says. Replay: the same samples written as a timestamped
 text file and published by ``collectors.replay.publish`` (parse, batch, publish, acknowledged).
+The receiver decodes in ``--workers`` processes (default as ``gangscope run``); their CPU is counted.
 
-    .venv/bin/python bench/remote_write.py [--nodes 100] [--rounds 8] [--per-request 2000]
+    .venv/bin/python bench/remote_write.py [--nodes 100] [--rounds 8] [--per-request 2000] [--workers N]
 
 Ends with: ``remote_write: samples_per_s=<n> ratio=<n / replay samples_per_s of the same samples>``.
 """
