@@ -141,26 +141,30 @@ def decode(body: bytes, cluster: str) -> list[ScrapeBatch]:
     pack, unpack, cache, series_of = _F64.pack, _U64.unpack, _SERIES, _series
     for ts in req.timeseries:
         samples = ts.samples
-        if not samples:  # exemplars or native histograms only: ignored
+        if len(samples) == 1:  # as Prometheus sends them: one sample per series
+            s = samples[0]
+            v, t = s.value, s.timestamp
+            points = None if v != v and unpack(pack(v))[0] == STALE_NAN else ((v, t),)
+        elif samples:
+            points = tuple((s.value, s.timestamp) for s in samples
+                           if not (s.value != s.value and unpack(pack(s.value))[0] == STALE_NAN))
+        else:  # exemplars or native histograms only: ignored
             continue
-        points = [(s.value, s.timestamp) for s in samples]
+        if not points:  # (staleness markers only)
+            continue
         ts.ClearField("samples")  # what is left is the labels' wire form: the cache key
         if ts.exemplars or ts.histograms:  # (some senders put exemplars beside the samples)
             ts.ClearField("exemplars")
             ts.ClearField("histograms")
         key = ts.SerializeToString()
         target, name, labels = cache.get(key) or series_of(key)
-        g = None
+        g = groups.get(target)
+        if g is None:
+            g = groups[target] = ([], [], [], [], [])
+        series = len(g[0])
+        g[0].append(name)
+        g[1].append(labels)
         for v, t in points:
-            if v != v and unpack(pack(v))[0] == STALE_NAN:
-                continue
-            if g is None:
-                g = groups.get(target)
-                if g is None:
-                    g = groups[target] = ([], [], [], [], [])
-                g[0].append(name)
-                g[1].append(labels)
-                series = len(g[0]) - 1
             g[2].append(series)
             g[3].append(t)
             g[4].append(v)
