@@ -206,7 +206,7 @@ def worker_pid(_: object = None) -> int:
     return os.getpid()
 
 
-DEFAULT_MAX_WORKERS = 4  # each about 200k samples/s; each keeps its own series cache
+DEFAULT_MAX_WORKERS = 4  # each about 170k samples per CPU-second; each keeps its own series cache
 
 
 def default_workers() -> int:
