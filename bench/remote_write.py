@@ -7,8 +7,9 @@ protobuf, built before the clock starts) and handed to the receiver (``collector
 from ``--shards`` threads, as Prometheus' shards send concurrently; each request counts when Kafka (the
 embedded broker) acknowledged it, as its 204 says. Replay: the same samples written as a timestamped
 text file and published by ``collectors.replay.publish`` (parse, batch, publish, acknowledged).
+The receiver decodes in ``--workers`` processes (default as ``gangscope run``); their CPU is counted.
 
-    .venv/bin/python bench/remote_write.py [--nodes 100] [--rounds 8] [--per-request 2000]
+    .venv/bin/python bench/remote_write.py [--nodes 100] [--rounds 8] [--per-request 2000] [--workers N]
 
 Ends with: ``remote_write: samples_per_s=<n> ratio=<n / replay samples_per_s of the same samples>``.
 """
@@ -16,6 +17,8 @@ Ends with: ``remote_write: samples_per_s=<n> ratio=<n / replay samples_per_s of 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -26,6 +29,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 METRICS = [f"DCGM_FI_DEV_METRIC_{i:02d}" for i in range(25)]
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process' multiprocessing children so far (the receiver's workers)."""
+    total = 0.0
+    for p in multiprocessing.active_children():
+        try:
+            with open(f"/proc/{p.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def samples(nodes: int, rounds: int, t0: int) -> list[tuple[dict[str, str], int, float]]:
@@ -67,9 +83,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--per-request", type=int, default=2000)
     ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--workers", type=int, default=None,
+                    help="the receiver's decoding processes (default: one per core, as `gangscope run`; 0: none)")
     args = ap.parse_args()
 
-    from collectors.prom.remote_write import Receiver
+    from collectors.prom.remote_write import Receiver, default_workers
     from collectors.replay import publish
     from gangscope import config
     from gangscope.transport.broker import EmbeddedBroker
@@ -89,14 +107,17 @@ def main() -> None:
 
             s = settings("rw.")
             publisher = Publisher(s, broker.bootstrap)
-            receiver = Receiver(publisher, s.cluster, ack_timeout_s=120, max_buffered=10**9)
+            workers = default_workers() if args.workers is None else args.workers
+            receiver = Receiver(publisher, s.cluster, ack_timeout_s=120, max_buffered=10**9, workers=workers)
             headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
             receiver.handle(bodies[0], headers)  # warm-up: connection, topics
             warm = receiver.samples
-            start, cpu0 = time.perf_counter(), time.process_time()
+            start, cpu0, wcpu0 = time.perf_counter(), time.process_time(), children_cpu()
             with ThreadPoolExecutor(args.shards) as pool:
                 codes = list(pool.map(lambda b: receiver.handle(b, headers)[0], bodies[1:]))
             rw_s, rw_cpu = time.perf_counter() - start, time.process_time() - cpu0
+            rw_wcpu = children_cpu() - wcpu0
+            receiver.close()
             publisher.close()
             assert set(codes) == {204}, set(codes)
             rw_rate = (receiver.samples - warm) / rw_s
@@ -112,8 +133,10 @@ def main() -> None:
     finally:
         broker.stop()
     n = len(data)
-    print(f"remote write: {rw_s:.2f}s, {rw_cpu:.2f}s CPU of this process ({len(bodies) - 1} requests, "
-          f"{args.shards} concurrent; {n / rw_cpu:,.0f} samples per CPU-second, the broker's CPU not counted)")
+    per = 160_000 / (receiver.samples - warm)
+    print(f"remote write: {rw_s:.2f}s, {rw_cpu + rw_wcpu:.2f}s CPU ({rw_cpu:.2f}s this process, {rw_wcpu:.2f}s its "
+          f"{workers} workers; {(rw_cpu + rw_wcpu) * per:.2f} CPU-s per 160k samples, the broker's CPU not counted; "
+          f"{len(bodies) - 1} requests, {args.shards} concurrent; load average {os.getloadavg()[0]:.1f})")
     print(f"replay: {replay_s:.2f}s, {replay_cpu:.2f}s CPU ({stats.metric_batches} records; "
           f"{n / replay_cpu:,.0f} samples per CPU-second)")
     print(f"replay: samples_per_s={replay_rate:,.0f}")

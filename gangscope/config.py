@@ -81,9 +81,12 @@ class MetricsSettings:
 class RemoteWriteSettings:
     """The Prometheus remote-write receiver (collector ``remote_write`` of ``run``; docs/collectors-metrics.md)."""
 
-    ack_timeout_s: float = 20.0  # answer 503 (Prometheus retries) when Kafka has not acknowledged by then
+    ack_timeout_s: float = 20.0  # answer 503 (Prometheus retries) when not decoded and acknowledged by then
     max_buffered_records: int = 50_000  # records waiting for Kafka above which new requests get 503 at once
     max_body_bytes: int = 32 << 20  # a larger (snappy-compressed) request is answered 413
+    # Processes that decode and encode requests (collectors/prom/remote_write.py). None: one per core (at
+    # most 4) on a machine with more than one; 0: in the receiving process.
+    workers: int | None = None
 
 
 @dataclass

@@ -154,6 +154,19 @@ class ScrapeBatch:
         return encode_scrape(self)
 
 
+class EncodedScrapeBatch(ScrapeBatch):
+    """A scrape whose wire form a worker process already built (``to_bytes``); no sample columns here.
+
+    ``samples`` is the sample count. Only for emitters that publish (the scraper's ``collect``/``run``,
+    the remote-write receiver).
+    """
+
+    __slots__ = ("encoded", "samples")
+
+    def to_bytes(self) -> bytes:
+        return self.encoded
+
+
 NODE_LABELS = ("hostname", "node", "kubernetes_node", "nodename")  # in this order, keys compared case-insensitively
 
 
@@ -166,6 +179,23 @@ def series_node(labels: dict[str, str]) -> str | None:
         if v:
             return v
     return None
+
+
+def label_text(labels: dict[str, str]) -> str:
+    """A label set's wire text (``ls``): compact JSON with sorted keys, the same text for the same labels."""
+    return json.dumps(labels, separators=(",", ":"), sort_keys=True)
+
+
+class LabelSet(dict[str, str]):
+    """Labels whose wire text and node are computed once, for a collector that sends the same series again
+    and again (the remote-write receiver's series cache): encoding reads them instead. Never change one."""
+
+    __slots__ = ("text", "node")
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        super().__init__(labels)
+        self.text = label_text(self)
+        self.node = series_node(self)
 
 
 def _finite_or_marker(values: Sequence[float]) -> tuple[list[float | None], list[int], list[str | None]]:
@@ -221,20 +251,25 @@ def encode_scrape(b: ScrapeBatch) -> bytes:
     for i in mi:
         mc[i] += 1
     # Each distinct label set once, as JSON text with sorted keys; dumped once per dict shape, not per
-    # series (dcgm-exporter repeats one label set per GPU across all its metrics).
-    by_items: dict[tuple[tuple[str, str], ...], int] = {}
+    # series (dcgm-exporter repeats one label set per GPU across all its metrics), or not at all for a LabelSet.
+    by_items: dict[tuple[tuple[str, str], ...], str] = {}
     by_text: dict[str, int] = {}
     label_sets: list[dict[str, str]] = []
     li: list[int] = []
+    all_labels = b.series_labels
     for old in order:
-        lbl = b.series_labels[old]
-        items = tuple(lbl.items())
-        j = by_items.get(items)
+        lbl = all_labels[old]
+        if type(lbl) is LabelSet:
+            text = lbl.text
+        else:
+            items = tuple(lbl.items())
+            text = by_items.get(items)  # type: ignore[assignment]
+            if text is None:
+                text = by_items[items] = label_text(lbl)
+        j = by_text.get(text)
         if j is None:
-            j = by_items[items] = by_text.setdefault(json.dumps(lbl, separators=(",", ":"), sort_keys=True),
-                                                     len(by_text))
-            if j == len(label_sets):
-                label_sets.append(lbl)
+            j = by_text[text] = len(label_sets)
+            label_sets.append(lbl)
         li.append(j)
     series, values, ts = b.sample_series, b.sample_value, b.sample_ts_ms
     if not grouped:
@@ -264,7 +299,7 @@ def encode_scrape(b: ScrapeBatch) -> bytes:
         "mc": mc,
         "ls": list(by_text),
         "lr": _runs(li),
-        "n": [series_node(lbl) for lbl in label_sets],
+        "n": [lbl.node if type(lbl) is LabelSet else series_node(lbl) for lbl in label_sets],
         # The common case costs nothing to parse: one sample per series, all at scraped_at.
         "s": [] if series == list(range(len(mi))) else series,
         "dt": dt if any(dt) else [],

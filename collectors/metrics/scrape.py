@@ -32,7 +32,7 @@ import aiohttp
 from collectors.metrics.parse import parse_text, to_batch
 from collectors.metrics.targets import Target
 from gangscope import clock, telemetry
-from gangscope.records import ScrapeBatch
+from gangscope.records import EncodedScrapeBatch, ScrapeBatch
 from gangscope.secrets import redact
 from gangscope.timesanity import DEFAULT_SKEW_S, split_refused
 
@@ -44,18 +44,6 @@ ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-te
           "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 
 Emit = Callable[[ScrapeBatch], None]
-
-
-class EncodedScrapeBatch(ScrapeBatch):
-    """A scrape whose wire form a worker process already built (``to_bytes``); no sample columns here.
-
-    ``samples`` is the sample count. Only for emitters that publish (``collect``, ``run``).
-    """
-
-    __slots__ = ("encoded", "samples")
-
-    def to_bytes(self) -> bytes:
-        return self.encoded
 
 
 class ScrapeFailed(Exception):

@@ -7,10 +7,11 @@ label as sent (``job``/``instance`` become the batch's columns, as in a scrape),
 
 The answer follows the protocol's retry rules, so nothing is lost: 204 only after Kafka
 acknowledged every record of the request; 400 for a body that cannot be decoded (Prometheus
-drops it: retrying cannot help); 503 with ``Retry-After`` when the publisher is backed up,
-Kafka did not acknowledge within ``ack_timeout_s``, or the service is stopping (Prometheus
-retries). On a timeout the request's records not sent yet are withdrawn; one already in flight
-may still land, so a retried request can land twice: identical samples, which staging reads once.
+drops it: retrying cannot help); 503 with ``Retry-After`` when the publisher is backed up, the
+request was not decoded and acknowledged within ``ack_timeout_s`` of its arrival, its decoding worker
+died, or the service is stopping (Prometheus retries). On a timeout the request's records not sent yet
+are withdrawn; one already in flight may still land, so a retried request can land twice: identical
+samples, which staging reads once.
 
 Time sanity (gangscope/timesanity.py, as for scrapes): samples stamped before 2000, further than
 ``clock_skew_s`` in the future of the request's receipt, or in another unit than milliseconds leave
@@ -20,22 +21,32 @@ Prometheus does not resend what no retry can fix.
 
 Staleness markers (the NaN with bits ``0x7ff0000000000002`` Prometheus writes when a series
 ends) are not samples and are dropped; exemplars, metadata and native histograms are ignored.
+
+Throughput: decoding and encoding run in worker processes (``remote_write.workers``) and the receiving
+process only publishes the encoded records, so one GIL does not bound it. Each worker caches every
+series it saw (labels as sent, their record text and node), as Prometheus sends the same series in
+every request. A worker that dies fails only the requests it held, with 503, before any of their
+records was published: Prometheus' retry lands them once.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import CancelledError, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import cramjam
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from collectors.prom import DEFAULT_JOB
-from gangscope.records import ScrapeBatch
+from gangscope.records import EncodedScrapeBatch, LabelSet, ScrapeBatch
 from gangscope.timesanity import DEFAULT_SKEW_S, split_refused
 
 log = logging.getLogger(__name__)
@@ -46,8 +57,13 @@ _F64 = struct.Struct("<d")
 _U64 = struct.Struct("<Q")
 
 
-def _write_request_class() -> Any:
-    """``prometheus.WriteRequest`` of remote write 1.0 (prompb/remote.proto, types.proto), from its descriptor."""
+def _classes() -> tuple[Any, Any, Any]:
+    """``prometheus.WriteRequest`` and ``TimeSeries`` of remote write 1.0 (prompb/remote.proto, types.proto),
+    built from their descriptor, plus ``SamplesWriteRequest``: the same message read without the labels
+    declared (exemplars and histograms as bytes, ignored), so that a series' labels stay unknown fields,
+    which protobuf keeps as their wire bytes: once the samples are read and cleared, serializing the series
+    gives its labels' wire form, the key of the series cache, without a Python object per label (that was
+    most of the decoding)."""
     fdp = descriptor_pb2.FileDescriptorProto(name="gangscope_prompb.proto", package="prometheus", syntax="proto3")
     f = descriptor_pb2.FieldDescriptorProto
     repeated, optional = f.LABEL_REPEATED, f.LABEL_OPTIONAL
@@ -64,40 +80,49 @@ def _write_request_class() -> Any:
     message("TimeSeries", ("labels", 1, repeated, f.TYPE_MESSAGE, ".prometheus.Label"),
             ("samples", 2, repeated, f.TYPE_MESSAGE, ".prometheus.Sample"))
     message("WriteRequest", ("timeseries", 1, repeated, f.TYPE_MESSAGE, ".prometheus.TimeSeries"))
+    message("SamplesTimeSeries", ("samples", 2, repeated, f.TYPE_MESSAGE, ".prometheus.Sample"),
+            ("exemplars", 3, repeated, f.TYPE_BYTES, None), ("histograms", 4, repeated, f.TYPE_BYTES, None))
+    message("SamplesWriteRequest", ("timeseries", 1, repeated, f.TYPE_MESSAGE, ".prometheus.SamplesTimeSeries"))
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("prometheus.WriteRequest"))
+    return tuple(message_factory.GetMessageClass(pool.FindMessageTypeByName(f"prometheus.{n}"))  # type: ignore[return-value]
+                 for n in ("WriteRequest", "TimeSeries", "SamplesWriteRequest"))
 
 
-WriteRequest = _write_request_class()
+WriteRequest, TimeSeries, SamplesWriteRequest = _classes()
 
 
 class BadRequest(ValueError):
     """A body that is not a snappy-compressed WriteRequest (answered 400)."""
 
 
-_SERIES: dict[bytes, tuple[str, str, str, dict[str, str]]] = {}  # label bytes -> (name, job, instance, labels)
+Series = tuple[tuple[str, str], str, LabelSet]  # ((job, instance), name, the other labels)
+_SERIES: dict[bytes, Series] = {}  # labels' wire bytes -> series
+_LABEL_SETS: dict[tuple[tuple[str, str], ...], LabelSet] = {}  # one LabelSet per distinct label set
 SERIES_CACHE_MAX = 1_000_000
 
 
-def _series(ts: Any) -> tuple[str, str, str, dict[str, str]]:
-    """A TimeSeries' (name, job, instance, other labels), from a cache keyed by its labels' wire bytes.
-
-    Prometheus sends the same series in every request; reading labels field by field was most of the
-    decoding. The label dicts are shared between batches and must not be changed.
-    """
-    ts.ClearField("samples")  # what is left is the labels' wire form
-    key = ts.SerializeToString()
-    hit = _SERIES.get(key)
-    if hit is None:  # (decode looks the cache up itself first; this is the miss)
-        labels = {lb.name: lb.value for lb in ts.labels}
-        name = labels.pop("__name__", "")
-        if not name:
-            raise BadRequest(f"a series without __name__: {labels}")
-        if len(_SERIES) >= SERIES_CACHE_MAX:
-            _SERIES.clear()
-        hit = _SERIES[key] = (name, labels.pop("job", "") or DEFAULT_JOB, labels.pop("instance", "") or DEFAULT_JOB,
-                              labels)
+def _series(key: bytes) -> Series:
+    """A series by its labels' wire bytes (``key``: a ``TimeSeries`` without samples), decoded and cached on
+    first sight: Prometheus sends the same series in every request. The label sets are shared between
+    batches and must not be changed."""
+    try:
+        labels = {lb.name: lb.value for lb in TimeSeries.FromString(key).labels}
+    except Exception as e:
+        raise BadRequest(f"body is not a remote-write WriteRequest: {e}") from None
+    name = labels.pop("__name__", "")
+    if not name:
+        raise BadRequest(f"a series without __name__: {labels}")
+    if len(_SERIES) >= SERIES_CACHE_MAX:
+        _SERIES.clear()
+        _LABEL_SETS.clear()
+    target = (labels.pop("job", "") or DEFAULT_JOB, labels.pop("instance", "") or DEFAULT_JOB)
+    # Many series share their other labels (dcgm-exporter: all metrics of one GPU): their text is made once.
+    items = tuple(labels.items())
+    label_set = _LABEL_SETS.get(items)
+    if label_set is None:
+        label_set = _LABEL_SETS[items] = LabelSet(labels)
+    hit = _SERIES[key] = (target, name, label_set)
     return hit
 
 
@@ -108,28 +133,38 @@ def decode(body: bytes, cluster: str) -> list[ScrapeBatch]:
     except Exception as e:
         raise BadRequest(f"body is not snappy-compressed: {e}") from None
     try:
-        req = WriteRequest.FromString(raw)
+        req = SamplesWriteRequest.FromString(raw)
     except Exception as e:
         raise BadRequest(f"body is not a remote-write WriteRequest: {e}") from None
     # Per (job, instance): series names, series labels, and the sample columns (series, ts, value).
     groups: dict[tuple[str, str], tuple[list[str], list[dict[str, str]], list[int], list[int], list[float]]] = {}
     pack, unpack, cache, series_of = _F64.pack, _U64.unpack, _SERIES, _series
     for ts in req.timeseries:
-        points = [(s.value, s.timestamp) for s in ts.samples]
+        samples = ts.samples
+        if len(samples) == 1:  # as Prometheus sends them: one sample per series
+            s = samples[0]
+            v, t = s.value, s.timestamp
+            points = None if v != v and unpack(pack(v))[0] == STALE_NAN else ((v, t),)
+        elif samples:
+            points = tuple((s.value, s.timestamp) for s in samples
+                           if not (s.value != s.value and unpack(pack(s.value))[0] == STALE_NAN))
+        else:  # exemplars or native histograms only: ignored
+            continue
+        if not points:  # (staleness markers only)
+            continue
         ts.ClearField("samples")  # what is left is the labels' wire form: the cache key
-        hit = cache.get(ts.SerializeToString()) or series_of(ts)
-        name, job, instance, labels = hit
-        g = None
+        if ts.exemplars or ts.histograms:  # (some senders put exemplars beside the samples)
+            ts.ClearField("exemplars")
+            ts.ClearField("histograms")
+        key = ts.SerializeToString()
+        target, name, labels = cache.get(key) or series_of(key)
+        g = groups.get(target)
+        if g is None:
+            g = groups[target] = ([], [], [], [], [])
+        series = len(g[0])
+        g[0].append(name)
+        g[1].append(labels)
         for v, t in points:
-            if v != v and unpack(pack(v))[0] == STALE_NAN:
-                continue
-            if g is None:
-                g = groups.get((job, instance))
-                if g is None:
-                    g = groups[(job, instance)] = ([], [], [], [], [])
-                g[0].append(name)
-                g[1].append(labels)
-                series = len(g[0]) - 1
             g[2].append(series)
             g[3].append(t)
             g[4].append(v)
@@ -155,6 +190,39 @@ def refuse_insane(batches: list[ScrapeBatch], received_ms: int, skew_s: float = 
     return out
 
 
+# One record of a request, ready to publish: (job, instance, scraped_at_ms, record bytes, samples, rejected).
+Encoded = tuple[str, str, int, bytes, int, str | None]
+
+
+def decode_encode(body: bytes, cluster: str, received_ms: int, skew_s: float = DEFAULT_SKEW_S) -> list[Encoded]:
+    """A request's records in their wire form: decoded, checked (time sanity) and encoded. Runs in a worker
+    process when the receiver has some, so that decoding and encoding use another core than publishing."""
+    return [(b.job, b.instance, b.scraped_at_ms, b.to_bytes(), len(b.sample_value), b.rejected)
+            for b in refuse_insane(decode(body, cluster), received_ms, skew_s)]
+
+
+def worker_pid(_: object = None) -> int:
+    """The worker's process id (a call that imports this module in the worker: the warm-up)."""
+    return os.getpid()
+
+
+DEFAULT_MAX_WORKERS = 4  # each about 170k samples per CPU-second; each keeps its own series cache
+
+
+def default_workers() -> int:
+    """Decoding processes when ``remote_write.workers`` is unset: one per core (at most 4) on a machine with more
+    than one."""
+    cores = os.cpu_count() or 1
+    return min(cores, DEFAULT_MAX_WORKERS) if cores > 1 else 0
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """Processes that decode and encode requests (spawned: no fork of a threaded process), warmed up."""
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    list(pool.map(worker_pid, range(workers)))
+    return pool
+
+
 Reply = tuple[int, dict[str, str], bytes]
 
 
@@ -163,10 +231,13 @@ class Receiver:
 
     ``publisher`` is a ``gangscope.transport.publish.Publisher``. ``max_buffered`` records waiting in it
     make new requests 503 at once (back-pressure) instead of piling up. ``close()`` answers 503 from then on.
+    With ``workers`` > 0, requests are decoded and encoded in that many worker processes (one GIL could not
+    keep up with a large cluster); a worker that dies fails the requests it held with 503 (nothing of them
+    was published, so Prometheus' retry lands them once) and the pool is started anew.
     """
 
     def __init__(self, publisher: Any, cluster: str, ack_timeout_s: float = 20.0, max_buffered: int = 50_000,
-                 retry_after_s: int = 5, skew_s: float = DEFAULT_SKEW_S) -> None:
+                 retry_after_s: int = 5, skew_s: float = DEFAULT_SKEW_S, workers: int = 0) -> None:
         self.publisher = publisher
         self.cluster = cluster
         self.skew_s = skew_s
@@ -175,6 +246,9 @@ class Receiver:
         self.max_buffered = max_buffered
         self.retry_after_s = retry_after_s
         self._closed = threading.Event()
+        self.workers = workers
+        self._pool_lock = threading.Lock()
+        self._pool = worker_pool(workers) if workers > 0 else None
         self.samples = 0
         self.requests = 0
         self.rejected = 0
@@ -182,6 +256,30 @@ class Receiver:
 
     def close(self) -> None:
         self._closed.set()
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _restart_pool(self, broken: ProcessPoolExecutor) -> None:
+        """A new pool in place of ``broken`` (unless another request replaced it already, or we are closing)."""
+        with self._pool_lock:
+            if self._pool is not broken or self._closed.is_set():
+                return
+            broken.shutdown(wait=False, cancel_futures=True)
+            self._pool = worker_pool(self.workers)
+
+    def _encoded(self, body: bytes, received_ms: int, timeout_s: float) -> list[Encoded]:
+        """``decode_encode`` of the request, in a worker when there are workers; raises ``BadRequest``,
+        ``BrokenProcessPool`` (a worker died), ``TimeoutError``."""
+        pool = self._pool
+        if pool is None:
+            return decode_encode(body, self.cluster, received_ms, self.skew_s)
+        try:
+            future = pool.submit(decode_encode, body, self.cluster, received_ms, self.skew_s)
+            return future.result(timeout_s)
+        except BrokenProcessPool:
+            self._restart_pool(pool)
+            raise
 
     def _retry(self, why: str) -> Reply:
         self.rejected += 1
@@ -210,32 +308,41 @@ class Receiver:
         if self._closed.is_set():
             return self._retry("the service is stopping")
         received_ms = int(time.time() * 1000)
+        deadline = time.monotonic() + self.ack_timeout_s
         try:
-            batches = refuse_insane(decode(body, self.cluster), received_ms, self.skew_s)
+            records = self._encoded(body, received_ms, self.ack_timeout_s)
         except BadRequest as e:
             log.warning("remote write refused (400): %s", e)
             return 400, text, (str(e)[:500] + "\n").encode()
-        refused = [b for b in batches if b.rejected]
-        for b in refused:
-            if (b.job, b.instance) not in self._refused_logged:  # once per target; the count is in /metrics
-                self._refused_logged.add((b.job, b.instance))
+        except BrokenProcessPool:
+            return self._retry("a decoding worker died; try again")
+        except TimeoutError:
+            return self._retry(f"not decoded within {self.ack_timeout_s:g} s")
+        except (RuntimeError, CancelledError):  # the pool was shut down under us
+            return self._retry("the service is stopping")
+        for job, instance, _, _, _, rejected in records:
+            if rejected and (job, instance) not in self._refused_logged:  # once per target; the count is in /metrics
+                self._refused_logged.add((job, instance))
                 log.warning("remote write from job %s instance %s: sample(s) refused by time sanity: %s",
-                            b.job, b.instance, b.rejected)
+                            job, instance, rejected)
         if self.publisher.buffered > self.max_buffered:
             return self._retry(f"{self.publisher.buffered} records wait for Kafka; try again")
         ticket = Ticket()
         try:
-            for b in batches:
+            for job, instance, at_ms, encoded, n, rejected in records:
+                b = EncodedScrapeBatch(cluster=self.cluster, target=instance, job=job, instance=instance,
+                                       scraped_at_ms=at_ms, rejected=rejected)
+                b.encoded, b.samples = encoded, n
                 self.publisher.publish(b, ticket)
         except RuntimeError:  # the publisher closed under us
             self.publisher.withdraw(ticket)
             return self._retry("the service is stopping")
-        if not ticket.wait(self.ack_timeout_s):
+        if not ticket.wait(max(0.0, deadline - time.monotonic())):
             self.publisher.withdraw(ticket)
             return self._retry(ticket.failed or f"Kafka did not acknowledge within {self.ack_timeout_s:g} s")
         self.requests += 1
-        self.refused_samples += sum(len(b.sample_value) for b in refused)
-        self.samples += sum(len(b.sample_value) for b in batches if not b.rejected)
+        self.refused_samples += sum(r[4] for r in records if r[5])
+        self.samples += sum(r[4] for r in records if not r[5])
         return 204, {}, b""
 
 

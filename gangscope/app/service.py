@@ -161,11 +161,12 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
                 publisher = Publisher(settings, bootstrap)
             routes = {}  # path -> (handler, largest body it takes)
             if "remote_write" in settings.collectors:
-                from collectors.prom.remote_write import Receiver, route
+                from collectors.prom.remote_write import Receiver, default_workers, route
 
                 rw = settings.remote_write
                 receiver = Receiver(publisher, settings.cluster, ack_timeout_s=rw.ack_timeout_s,
-                                    max_buffered=rw.max_buffered_records, skew_s=settings.clock_skew_s)
+                                    max_buffered=rw.max_buffered_records, skew_s=settings.clock_skew_s,
+                                    workers=default_workers() if rw.workers is None else rw.workers)
                 path, handler = route(receiver)
                 routes[path] = (handler, rw.max_body_bytes)
             if telemetry is not None and settings.server.listen:

@@ -1,8 +1,10 @@
 """A real Prometheus remote-writing node_exporter samples to `gangscope run` (remote_write collector), compared
-sample for sample with what Prometheus stored; a broker outage in the middle loses nothing; bad requests are 4xx."""
+sample for sample with what Prometheus stored; a broker outage or a killed decoding worker in the middle loses
+nothing; bad requests are 4xx."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
@@ -229,6 +231,29 @@ def test_decode_drops_staleness_markers_and_names_unlabelled_series() -> None:
         decode(b"\x00garbage", "c1")
 
 
+def test_exemplars_and_native_histograms_are_ignored_and_do_not_split_a_series() -> None:
+    """Exemplars beside a series' samples (some senders put them there) or alone, and native histograms, are
+    not read; a series whose exemplar changes from request to request is still one series of the cache."""
+    from collectors.prom import remote_write as rw
+
+    labels = {"__name__": "node_load1", "instance": "h:9100", "job": "node", "zone": f"z{time.time_ns()}"}
+
+    def body(at: int, trace: str) -> bytes:
+        req = rw.SamplesWriteRequest.FromString(bytes(cramjam.snappy.decompress_raw(write_request_body([
+            (labels, [(0.5, at)]), ({**labels, "__name__": "node_load5"}, [])]))))
+        exemplar = rw.TimeSeries(labels=[{"name": "trace_id", "value": trace}]).SerializeToString()  # (labels, 1)
+        req.timeseries[0].exemplars.append(exemplar)
+        req.timeseries[1].exemplars.append(exemplar)  # an exemplar alone, as Prometheus sends them
+        req.timeseries[1].histograms.append(b"\x08\x01")
+        return bytes(cramjam.snappy.compress_raw(req.SerializeToString()))
+
+    cached = len(rw._SERIES)
+    out = [b for at, trace in ((1000, "a1"), (2000, "b2")) for b in decode(body(at, trace), "c1")]
+    assert [(b.job, b.instance, b.series_metric, b.series_labels, b.sample_ts_ms, b.sample_value) for b in out] == [
+        ("node", "h:9100", ["node_load1"], [{"zone": labels["zone"]}], [at], [0.5]) for at in (1000, 2000)]
+    assert len(rw._SERIES) == cached + 1  # one series, whatever its exemplars
+
+
 def test_backpressure_and_unacknowledged_requests_are_503_and_withdrawn(tmp_path: Path) -> None:
     """A publisher whose Kafka is unreachable (nothing listens on the port): a backlog makes new requests 503 at
     once; a request Kafka does not acknowledge in time is 503 too, and its records leave the publisher."""
@@ -255,3 +280,90 @@ def test_backpressure_and_unacknowledged_requests_are_503_and_withdrawn(tmp_path
         assert receiver.samples == 0 and receiver.rejected == 3
     finally:
         publisher.close(timeout_s=0.1)
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _new_children(before: set[multiprocessing.Process]) -> list[multiprocessing.Process]:
+    return [p for p in multiprocessing.active_children() if p not in before]
+
+
+def test_a_worker_killed_mid_request_answers_503_publishes_nothing_and_the_retry_lands_once(
+        settings: config.Settings) -> None:
+    """The request's worker is killed while it decodes: 503 (Prometheus retries), nothing of it reaches Kafka; the
+    same body again is decoded by a new worker, answered 204 only once Kafka has every record, and lands once."""
+    from collectors.prom.remote_write import Receiver
+    from gangscope.transport.publish import Publisher
+    from pipeline import consume
+
+    now = int(time.time() * 1000) - 60_000
+    sent = [({"__name__": f"m{i % 50}", "job": "node", "instance": f"n{i % 7}:9100", "k": str(i)}, float(i), now + i)
+            for i in range(150_000)]  # new series: slow enough to decode (cache misses) to be killed in the middle
+    body = write_request_body((labels, [(v, ts)]) for labels, v, ts in sent)
+    proto = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
+    publisher = Publisher(settings, settings.kafka.bootstrap_servers)
+    before = set(multiprocessing.active_children())
+    receiver = Receiver(publisher, settings.cluster, ack_timeout_s=60, workers=1)
+    try:
+        [worker] = _new_children(before)
+        idle = _cpu_s(worker.pid)
+        replies: list[tuple[int, dict[str, str], bytes]] = []
+        t = threading.Thread(target=lambda: replies.append(receiver.handle(body, proto)))
+        t.start()
+        deadline = time.monotonic() + 60
+        while _cpu_s(worker.pid) < idle + 0.1:  # it is decoding this request
+            assert time.monotonic() < deadline and t.is_alive(), "the worker did not start on the request"
+            time.sleep(0.01)
+        os.kill(worker.pid, signal.SIGKILL)
+        t.join(60)
+        [(code, headers, text)] = replies
+        assert code == 503 and headers["Retry-After"] and b"worker died" in text
+        assert publisher.buffered == 0 and publisher.published == 0  # nothing of it was published
+        assert receiver.samples == 0
+
+        code, _, _ = receiver.handle(body, proto)  # Prometheus' retry, to a new worker
+        assert code == 204
+        assert publisher.buffered == 0  # 204 only once Kafka acknowledged every record
+        assert [p.pid for p in _new_children(before)] != [worker.pid]
+        offsets = publisher.acked_offsets()
+    finally:
+        receiver.close()
+        publisher.close(timeout_s=10)
+    assert receiver.samples == len(sent)
+    consume.run(settings, settings.kafka.bootstrap_servers, until=offsets)
+    assert landed_samples(settings) == sorted(
+        ("node", lb["instance"], lb["__name__"], (("k", lb["k"]),), ts, value_key(v)) for lb, v, ts in sent)
+
+
+def test_killed_decoding_workers_lose_nothing_and_double_nothing(node_exporter: Process, start_prometheus,
+                                                                 settings: config.Settings) -> None:
+    """Real Prometheus remote-writing to `gangscope run` while its decoding worker is killed, twice: the requests it
+    held are answered 503 and Prometheus' retries land them, each sample exactly once."""
+    s = service_settings(settings, workers=1)
+    before = set(multiprocessing.active_children())
+    with running(s) as write_url:
+        prom = start_prometheus(prometheus_config(node_exporter, write_url))
+        prom.wait_for('count_over_time(up{job="node"}[1m]) >= 2')
+        killed = set()
+        for _ in range(2):
+            deadline = time.monotonic() + 60
+            while not (workers := [p for p in _new_children(before) if p.pid not in killed and p.is_alive()]):
+                assert time.monotonic() < deadline, "no decoding worker came back"
+                time.sleep(0.1)
+            [worker] = workers
+            os.kill(worker.pid, signal.SIGKILL)
+            killed.add(worker.pid)
+            time.sleep(3)
+        prom.wait_for('count_over_time(up{job="node"}[1m]) >= 10')
+        cut_ms = int(time.time() * 1000) - 1000
+        wait_landed_past(s, cut_ms)
+        expected = stored_samples(prom, cut_ms)
+        retried = _prom_counter(prom, "prometheus_remote_storage_samples_retried_total")
+        failed = _prom_counter(prom, "prometheus_remote_storage_samples_failed_total")
+    landed = [x for x in landed_samples(s, "job = 'node'") if x[4] <= cut_ms]
+    assert retried > 0 and failed == 0  # the requests the dead workers held were answered 503 and retried
+    assert landed == expected  # every sample, once: a failed request published nothing

@@ -7,9 +7,11 @@ import math
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gangscope import config
-from gangscope.records import VERSION, K8sEvent, ScrapeBatch
+from gangscope.records import VERSION, K8sEvent, LabelSet, ScrapeBatch
 from pipeline import lake
 from pipeline.land import land, stored_offsets
 from tests.pipeline.helpers import dcgm_scrape, pod_event
@@ -263,6 +265,24 @@ def test_series_travel_grouped_by_name_with_each_label_set_once() -> None:
     assert wire["ls"] == ['{"a":"1","b":"2"}', '{"a":"3"}']  # one text whatever the key order
     assert wire["lr"] == [0, 2, 0, 1]  # series m1{a=1,b=2}, m1{a=3}, m2{a=1,b=2}
     assert (wire["s"], wire["x"]) == ([], [1.0, 3.0, 2.0])  # samples follow their series
+
+
+_label = st.text(st.characters(codec="utf-8"), max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["m1", "m2", "m3"]),
+                          st.dictionaries(st.sampled_from(["gpu", "Hostname", "node", "k", "\u00fc", '"']), _label,
+                                          max_size=4),
+                          st.floats(allow_nan=True, allow_infinity=True)), max_size=30))
+def test_label_sets_with_their_text_made_once_encode_byte_for_byte_as_plain_dicts(series) -> None:
+    """The remote-write receiver hands LabelSets (text and node made once per series); the record is the same."""
+    plain = ScrapeBatch("c1", "n1:9400", "dcgm", "n1:9400", 1_767_000_000_000)
+    cached = ScrapeBatch("c1", "n1:9400", "dcgm", "n1:9400", 1_767_000_000_000)
+    for metric, labels, value in series:
+        plain.add_sample(plain.add_series(metric, dict(labels)), value, 1_767_000_000_000)
+        cached.add_sample(cached.add_series(metric, LabelSet(labels)), value, 1_767_000_000_000)
+    assert cached.to_bytes() == plain.to_bytes()
 
 
 def test_batches_merged_into_one_transaction_land_exactly_once(con) -> None:
