@@ -4,11 +4,13 @@ Every lake commit writes at least one Parquet file per table, or inlines small i
 the catalog. Left alone, reads slow down with the file count, so on a schedule:
 inlined rows are flushed to Parquet, adjacent small files are merged
 (``ducklake_merge_adjacent_files``), and snapshots older than ``keep`` expire so the
-replaced files can be deleted. Safe to run while the pipeline writes (conflicts retry).
+replaced files can be deleted. Safe to run while the pipeline writes: in one process each step holds
+``lake.COMMIT_LOCK`` (landings and builds wait for it), across processes conflicts retry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,16 +38,28 @@ def compact(con: duckdb.DuckDBPyConnection, keep: timedelta = timedelta(hours=1)
     stats = CompactionStats()
     older = f"now() - INTERVAL {int(keep.total_seconds())} SECOND"
 
-    def run() -> None:
-        con.execute(f"CALL ducklake_flush_inlined_data('{alias}')").fetchall()
-        merged = con.execute(f"CALL ducklake_merge_adjacent_files('{alias}')").fetchall()
-        # rows: (schema, table, files processed, files created)
-        stats.merged_files = sum(int(r[2]) for r in merged if len(r) > 2 and r[2] is not None)
-        con.execute(f"CALL ducklake_expire_snapshots('{alias}', older_than => {older})").fetchall()
-        deleted = con.execute(f"CALL ducklake_cleanup_old_files('{alias}', older_than => {older})").fetchall()
-        stats.deleted_files = len(deleted)
+    def step(sql: str) -> list[tuple]:
+        # Under the commit lock: a landing or build of this process committing while a step runs moved the
+        # SQLite catalog under it, and the step failed ("Failed to delete flushed inlined data ...: Current
+        # transaction is aborted", which no retry recognised), so `gangscope run` never compacted. One step
+        # at a time, so landings and builds go on between steps.
+        def once() -> list[tuple]:
+            try:
+                return con.execute(sql).fetchall()
+            except duckdb.Error:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")  # a failed step may leave the connection's transaction aborted
+                raise
 
-    lake.retry(run)
+        with lake.COMMIT_LOCK:
+            return lake.retry(once)
+
+    step(f"CALL ducklake_flush_inlined_data('{alias}')")
+    merged = step(f"CALL ducklake_merge_adjacent_files('{alias}')")
+    # rows: (schema, table, files processed, files created)
+    stats.merged_files = sum(int(r[2]) for r in merged if len(r) > 2 and r[2] is not None)
+    step(f"CALL ducklake_expire_snapshots('{alias}', older_than => {older})")
+    stats.deleted_files = len(step(f"CALL ducklake_cleanup_old_files('{alias}', older_than => {older})"))
     log.info("compaction: merged %d small file(s), deleted %d unused file(s)", stats.merged_files,
              stats.deleted_files)
     return stats
