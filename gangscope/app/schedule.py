@@ -9,6 +9,7 @@ or ``off``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import STATE_RUNNING
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
@@ -107,18 +109,47 @@ def guarded(name: str, fn: Callable[[], Any]) -> Callable[[], None]:
 # --- the jobs ---------------------------------------------------------------------------------
 
 
-def build_models(settings: Settings, outlet: Any = None) -> None:
+def build_models(settings: Settings, outlet: Any = None, con: Any = None) -> None:
     """Build what is stale and publish the findings' changes through ``outlet`` (reports.lifecycle) as soon
     as the findings are built, before the marts nobody is waiting for (time to verdict, docs/sandbox.md)."""
     from pipeline import models
 
     if outlet is None:
-        models.build(settings, only_stale=True)
+        models.build(settings, con, only_stale=True)
         return
     from reports.lifecycle import publish_after_build
 
-    models.build(settings, only_stale=True, first=("marts.findings", "marts.jobs"),
-                 then=lambda con: publish_after_build(settings, outlet, con))
+    models.build(settings, con, only_stale=True, first=("marts.findings", "marts.jobs"),
+                 then=lambda c: publish_after_build(settings, outlet, c))
+
+
+class ModelBuilds:
+    """The scheduled model build, on one lake connection kept from build to build (reopened after a failure).
+
+    Attaching the lake took ~1 s per build on a busy 2-core machine: at the sandbox's 10x, 10 simulated
+    seconds of every time to verdict. Builds never overlap (``max_instances=1``), so one connection serves.
+    """
+
+    def __init__(self, settings: Settings, outlet: Any = None) -> None:
+        self.settings, self.outlet = settings, outlet
+        self.con: Any = None
+
+    def __call__(self) -> None:
+        from pipeline import lake
+
+        if self.con is None:
+            self.con = lake.connect(self.settings)
+        try:
+            build_models(self.settings, self.outlet, self.con)
+        except BaseException:
+            self.close()  # whatever state the failure left the connection in, the next build starts afresh
+            raise
+
+    def close(self) -> None:
+        if self.con is not None:
+            with contextlib.suppress(Exception):
+                self.con.close()
+            self.con = None
 
 
 def reports_dir(settings: Settings) -> Path:
@@ -190,16 +221,38 @@ def apply_retention(settings: Settings) -> None:
     retention.apply(settings)
 
 
-def default_jobs(settings: Settings, outlet: Any = None) -> dict[str, tuple[str, Callable[[], Any]]]:
-    """name -> (spec, function) for every job of ``settings.schedule``; model builds publish through ``outlet``."""
+def default_jobs(settings: Settings, outlet: Any = None, builds: ModelBuilds | None = None
+                 ) -> dict[str, tuple[str, Callable[[], Any]]]:
+    """name -> (spec, function) for every job of ``settings.schedule``; model builds publish through ``outlet``
+    (or run as ``builds``, whose connection the caller closes)."""
     s = settings.schedule
     return {
-        "models_build": (s.models_build, lambda: build_models(settings, outlet)),
+        "models_build": (s.models_build, builds or ModelBuilds(settings, outlet)),
         "report_hourly": (s.report_hourly, lambda: write_reports(settings, "hourly")),
         "report_daily": (s.report_daily, lambda: write_reports(settings, "daily")),
         "compaction": (s.compaction, lambda: compact(settings)),
         "retention": (s.retention, lambda: apply_retention(settings)),
     }
+
+
+# Interval jobs whose run, when it took longer than the interval, is followed at once by the next one. Left
+# to the trigger, the next run waited for the next tick of the old phase: half an interval on average, added
+# to every time to verdict while builds take longer than their interval.
+CATCH_UP = ("models_build",)
+
+
+def _catch_up(scheduler: BackgroundScheduler, fn: Callable[[], None], interval_s: float) -> Callable[[], None]:
+    """``fn`` again and again while each run overran ``interval_s`` and the scheduler runs (not paused)."""
+
+    def run() -> None:
+        while True:
+            t = time.monotonic()
+            fn()
+            if time.monotonic() - t < interval_s or scheduler.state != STATE_RUNNING:
+                return
+
+    run.__name__ = getattr(fn, "__name__", "job")
+    return run
 
 
 def make_scheduler(jobs: dict[str, tuple[str, Callable[[], Any]]]) -> BackgroundScheduler:
@@ -212,7 +265,10 @@ def make_scheduler(jobs: dict[str, tuple[str, Callable[[], Any]]]) -> Background
         if trigger is None:
             log.info("scheduled job %s is off", name)
             continue
-        scheduler.add_job(guarded(name, fn), trigger, id=name, name=name, coalesce=True, max_instances=1,
+        job = guarded(name, fn)
+        if name in CATCH_UP and isinstance(trigger, IntervalTrigger):
+            job = _catch_up(scheduler, job, trigger.interval.total_seconds())
+        scheduler.add_job(job, trigger, id=name, name=name, coalesce=True, max_instances=1,
                           misfire_grace_time=None)
     # "maximum number of running instances reached" is the no-overlap rule working, not news.
     logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)

@@ -111,14 +111,17 @@ def _wait_landed(settings: Settings, offsets: dict[tuple[str, int], int], pipeli
         log.error("the pipeline did not land the last collected records within %.0f s", grace_s)
 
 
-def _shutdown_scheduler(scheduler: Any, grace_s: float) -> None:
-    """Wait up to ``grace_s`` for a running job; a model build cut short rolls back its lake transaction."""
+def _shutdown_scheduler(scheduler: Any, grace_s: float) -> bool:
+    """Wait up to ``grace_s`` for a running job (False if one still runs); a model build cut short rolls back
+    its lake transaction."""
     done = threading.Thread(target=lambda: scheduler.shutdown(wait=True), name="gangscope-scheduler-stop",
                             daemon=True)
     done.start()
     done.join(grace_s)
     if done.is_alive():
         log.warning("a scheduled job is still running after %.0f s; exiting without it", grace_s)
+        return False
+    return True
 
 
 def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
@@ -149,7 +152,8 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
 
         findings_topic = FindingsTopic(settings, bootstrap)
         outlet = FindingsOutlet(settings, findings_topic if settings.findings.topic else None)
-        scheduler = schedule.make_scheduler(schedule.default_jobs(settings, outlet))
+        builds = schedule.ModelBuilds(settings, outlet)
+        scheduler = schedule.make_scheduler(schedule.default_jobs(settings, outlet, builds))
         publisher = receiver = None
         collectors_stop, pipeline_stop = threading.Event(), threading.Event()
         collector_threads: list[threading.Thread] = []
@@ -218,8 +222,8 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
                 if offsets and not _landed(settings, offsets):
                     # The running pipeline could not finish the job (it failed): one more consumer drains.
                     consume.run(settings, bootstrap, until=offsets)
-            if scheduler.running:
-                _shutdown_scheduler(scheduler, SCHEDULER_GRACE_S)
+            if not scheduler.running or _shutdown_scheduler(scheduler, SCHEDULER_GRACE_S):
+                builds.close()  # not under a build still running past the grace
             findings_topic.close()
             if stop_server is not None:
                 stop_server()

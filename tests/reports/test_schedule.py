@@ -129,3 +129,76 @@ def test_reports_written_pruned_and_posted(report_lake, tmp_path):
     assert names == ["gangscope-hourly-20261130T010000Z.html", "gangscope-hourly-20261130T010000Z.md",
                      "gangscope-hourly-20261130T020000Z.html", "gangscope-hourly-20261130T020000Z.md"]
     assert len(got) == 3 and got[-1]["kind"] == "hourly" and "interconnect_degradation" in got[-1]["markdown"]
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+class _State:
+    def __init__(self, state: int) -> None:
+        self.state = state
+
+
+def test_a_build_that_overran_its_interval_is_followed_at_once(monkeypatch):
+    """Not at the next tick of the old phase: the wait would add to every time to verdict."""
+    from apscheduler.schedulers.base import STATE_PAUSED, STATE_RUNNING
+
+    clock = _Clock()
+    monkeypatch.setattr(schedule, "time", clock)
+    lengths = [5.0, 4.0, 1.0, 9.0]  # seconds each build takes, on an interval of 3
+    runs: list[float] = []
+
+    def build() -> None:
+        runs.append(clock.t)
+        clock.t += lengths[len(runs) - 1]
+
+    schedule._catch_up(_State(STATE_RUNNING), build, 3.0)()
+    assert runs == [0.0, 5.0, 9.0]  # two overran, so the next came at once; the third did not: the trigger's turn
+    runs.clear()
+    lengths[:] = [5.0, 5.0]
+    schedule._catch_up(_State(STATE_PAUSED), build, 3.0)()
+    assert len(runs) == 1  # a paused scheduler (shutting down) starts no further build
+
+
+def test_default_jobs_catch_up_only_on_model_builds(offline_settings):
+    sched = schedule.make_scheduler(schedule.default_jobs(offline_settings))
+    wrapped = {j.id: j.func.__qualname__.split(".")[0] for j in sched.get_jobs()}
+    assert wrapped == {"models_build": "_catch_up", "report_hourly": "guarded", "report_daily": "guarded",
+                       "compaction": "guarded", "retention": "guarded"}
+
+
+def test_model_builds_keep_one_connection_and_reopen_after_a_failure(offline_settings, monkeypatch):
+    """The lake is attached once, not at every build; a failed build leaves no half-used connection behind."""
+    from pipeline import models
+
+    builds = schedule.ModelBuilds(offline_settings)
+    seen, fail = [], [False]
+    real = schedule.build_models
+
+    def recording(settings, outlet=None, con=None):
+        seen.append(con)
+        if fail[0]:
+            fail[0] = False
+            raise RuntimeError("catalog unavailable")
+        real(settings, outlet, con)
+
+    monkeypatch.setattr(schedule, "build_models", recording)
+    try:
+        builds()  # the first build of an empty lake: every model
+        assert not models.is_stale(offline_settings, seen[0])
+        builds()
+        assert seen[1] is seen[0]
+        fail[0] = True
+        with pytest.raises(RuntimeError):
+            builds()
+        assert builds.con is None
+        builds()
+        assert seen[3] is not None and seen[3] is not seen[0]
+        assert seen[3].execute("SELECT count(*) FROM marts.findings").fetchone() == (0,)
+    finally:
+        builds.close()
