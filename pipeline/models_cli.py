@@ -9,8 +9,7 @@ def _build(settings, args) -> int:
     lake.require(settings)
     stats = models.build(settings, full=args.full)
     inc = f", {len(stats.incremental)} incremental" if stats.incremental else ""
-    kept = f", {len(stats.skipped)} unchanged" if stats.skipped else ""
-    print(f"built {stats.models} models in {stats.seconds:.1f}s{inc}{kept}")
+    print(f"built {stats.models} models in {stats.seconds:.1f}s{inc}")
     return 0
 
 
@@ -18,8 +17,7 @@ def register(groups, common) -> None:
     p = groups["group"]("models", "SQL models").add_parser(
         "build", parents=[common], help="build the SQL models in sql/",
         description="Build the SQL models of sql/ (staging, intermediate, marts) into the lake, in the order "
-        "their references give. Only models whose inputs changed are built (docs/models.md); models over "
-        "append-only inputs are built incrementally.",
+        "their references give. Models over append-only inputs are built incrementally.",
     )
-    p.add_argument("--full", action="store_true", help="build every model, incremental ones from scratch")
+    p.add_argument("--full", action="store_true", help="rebuild incremental models from scratch")
     p.set_defaults(handler=_build)

@@ -4,7 +4,7 @@
 -- column: as_of: newest observed_at, or end of the newest GPU-presence minute / throughput bucket
 SELECT cluster, max(t) AS as_of
 FROM (
-    SELECT cluster, observed_at AS t FROM staging.stg_k8s_as_of
+    SELECT cluster, max(observed_at) AS t FROM staging.stg_k8s_events GROUP BY cluster
     UNION ALL
     SELECT cluster, max(ts) + INTERVAL 1 MINUTE FROM intermediate.int_gpu_presence GROUP BY cluster
     UNION ALL

@@ -11,7 +11,7 @@ import yaml
 
 from gangscope.errors import UserError
 from pipeline import lake, models
-from tests.sql.lakefix import Raw, dcgm, ts, workload
+from tests.sql.lakefix import Raw, dcgm, workload
 
 
 def _write(d: Path, layer: str, name: str, sql: str) -> None:
@@ -160,113 +160,5 @@ def test_findings_first_then_the_rest(offline_settings) -> None:
         assert not models.is_stale(offline_settings, con)
         assert con.execute("SELECT count(*), count(DISTINCT (node, ts)) FROM intermediate.int_node_bandwidth"
                            ).fetchone() == (2 * 124, 2 * 124)
-    finally:
-        con.close()
-
-
-def _tables(con, plan: list[models.Model]) -> dict[str, list[tuple]]:
-    """Every model table's rows, sorted, floats rounded (a parallel sum may differ in its last bits)."""
-    def norm(v: object) -> object:
-        return round(v, 6) if isinstance(v, float) else v
-
-    return {m.table: [tuple(norm(v) for v in r)
-                      for r in con.execute(f"SELECT * FROM {m.table} ORDER BY ALL").fetchall()]
-            for m in plan if m.materialized != "view"}
-
-
-def test_builds_of_what_changed_equal_full_builds(tmp_path: Path) -> None:
-    """Builds that skip the models whose inputs did not change (and append to incremental ones) leave every
-    model table as a full build of the same data does: metrics arriving alone, Kubernetes events arriving
-    alone (late, behind the metrics), both, and nothing."""
-    from gangscope import config
-    from tests.sql.test_models_classify import _build_cluster
-
-    everything = Raw()
-    _build_cluster(everything)
-    k8s, samples = everything.k8s, everything.samples
-    c = [ts(0.5), ts(15), ts(25)]  # the fixture's watch events are at minutes 0, 1 and 20, samples 0 to 40
-    steps = [  # (name, k8s rows, samples) landed before each build
-        ("both", [r for r in k8s if r[1] < c[0]], [r for r in samples if r[1] < c[0]]),
-        ("metrics only", [], [r for r in samples if c[0] <= r[1] < c[1]]),
-        ("k8s only", [r for r in k8s if c[0] <= r[1] < c[1]], []),
-        ("metrics only", [], [r for r in samples if c[1] <= r[1] < c[2]]),
-        ("k8s only", [r for r in k8s if r[1] >= c[1]], []),
-        ("metrics only", [], [r for r in samples if r[1] >= c[2]]),
-    ]
-    assert all(k or s for _, k, s in steps)
-    plan = models.order(models.discover())
-    inc_s = config.load(overrides={"data": str(tmp_path / "inc")}, environ={})
-    full_s = config.load(overrides={"data": str(tmp_path / "full")}, environ={})
-    inc, full = lake.connect(inc_s), lake.connect(full_s)
-    try:
-        for i, (name, k, s) in enumerate(steps):
-            for con in (inc, full):
-                raw = Raw()
-                raw.k8s, raw.samples = list(k), list(s)
-                raw.write(con)
-            stats = models.build(inc_s, inc, only_stale=True)
-            models.build(full_s, full, full=True)
-            assert _tables(inc, plan) == _tables(full, plan), f"step {i} ({name})"
-            if i and name == "metrics only":
-                assert "staging.stg_pods" in stats.skipped and "staging.stg_metric_signals" in stats.incremental
-                assert "marts.findings" not in stats.skipped  # waits are measured up to the newest sample
-            if name == "k8s only":  # stg_metric_signals reads the nodes' addresses: built, but incrementally
-                assert "staging.stg_gpu_devices" in stats.skipped and "staging.stg_pods" not in stats.skipped
-                assert "staging.stg_metric_signals" in stats.incremental
-        assert models.build(inc_s, inc, only_stale=True).models == 0
-        again = models.build(inc_s, inc)  # not only_stale: every model's inputs are as they were
-        assert again.models == 0 and len(again.skipped) == len(plan)
-        assert {"gpu-job", "pre-job"} <= {r[0] for r in inc.execute(
-            "SELECT job FROM marts.findings WHERE root_cause <> 'healthy'").fetchall()}
-    finally:
-        inc.close()
-        full.close()
-
-
-def test_models_reading_the_clock_are_rebuilt(offline_settings, tmp_path: Path) -> None:
-    """A model reading now() other than as the time-sanity horizon is rebuilt at every build, and so is one
-    reading a raw table the runner keeps no state of; one reading only unchanged raw tables, or the horizon,
-    is not."""
-    d = tmp_path / "sql"
-    _write(d, "staging", "s_clock", "SELECT count(*) AS n, now() - INTERVAL 10 MINUTE AS since FROM raw.k8s_objects")
-    _write(d, "staging", "s_horizon",
-           "SELECT count(*) AS n FROM raw.k8s_objects WHERE observed_at <= now() + INTERVAL 1 DAY")
-    _write(d, "intermediate", "i_after_clock", "SELECT * FROM staging.s_clock")
-    _write(d, "marts", "m_metrics", "SELECT count(*) AS n FROM raw.metric_samples -- now() in a comment is no clock")
-    _write(d, "marts", "m_dead", "SELECT count(*) AS n FROM raw.dead_letters")
-    found = models.discover(d)
-    assert [t for t, m in found.items() if m.clock] == ["staging.s_clock"]
-    first = models.build(offline_settings, sql_dir=d)
-    assert first.models == 5
-    second = models.build(offline_settings, sql_dir=d)
-    assert set(second.per_model_s) == {"staging.s_clock", "intermediate.i_after_clock", "marts.m_dead"}
-    assert set(second.skipped) == {"staging.s_horizon", "marts.m_metrics"}
-
-
-def test_a_row_reaching_the_time_horizon_is_built(offline_settings) -> None:
-    """A watch event dated after now() + 1 day is left out (time sanity); once the clock reaches it, a build
-    must take it in although nothing landed since: the raw state counts the rows beyond the horizon."""
-    import time
-    from datetime import UTC, datetime, timedelta
-
-    from tests.sql.lakefix import node
-
-    con = lake.connect(offline_settings)
-    try:
-        raw = Raw()
-        raw.event(0, node("n1", "rack-a"))
-        raw.write(con)
-        at = datetime.now(UTC) + timedelta(days=1, seconds=8)
-        raw.event(0, node("n-later", "rack-a"))
-        raw.k8s[-1] = (*raw.k8s[-1][:1], at, *raw.k8s[-1][2:])
-        raw.write(con)
-        models.build(offline_settings, con)
-        nodes = "SELECT list(name ORDER BY name) FROM staging.stg_nodes"
-        assert con.execute(nodes).fetchone()[0] == ["n1"]
-        assert models.build(offline_settings, con, only_stale=True).models == 0  # nothing landed, nothing reached
-        time.sleep(max(0.0, (at - timedelta(days=1) - datetime.now(UTC)).total_seconds()) + 0.5)
-        stats = models.build(offline_settings, con, only_stale=True)
-        assert "staging.stg_nodes" in stats.per_model_s
-        assert con.execute(nodes).fetchone()[0] == ["n-later", "n1"]
     finally:
         con.close()
