@@ -58,16 +58,17 @@ def compact(con: duckdb.DuckDBPyConnection, keep: timedelta = timedelta(hours=1)
         # SQLite catalog under it, and the step failed ("Failed to delete flushed inlined data ...: Current
         # transaction is aborted", which no retry recognised), so `gangscope run` never compacted. One step
         # at a time, so landings and builds go on between steps.
+        # The lock is held per attempt, not across retry's backoff: landings go on while a step waits to retry.
         def once() -> list[tuple]:
-            try:
-                return con.execute(sql).fetchall()
-            except duckdb.Error:
-                with contextlib.suppress(duckdb.Error):
-                    con.execute("ROLLBACK")  # a failed step may leave the connection's transaction aborted
-                raise
+            with lake.COMMIT_LOCK:
+                try:
+                    return con.execute(sql).fetchall()
+                except duckdb.Error:
+                    with contextlib.suppress(duckdb.Error):
+                        con.execute("ROLLBACK")  # a failed step may leave the connection's transaction aborted
+                    raise
 
-        with lake.COMMIT_LOCK:
-            return lake.retry(once)
+        return lake.retry(once)
 
     tables = [r for r in con.execute(
         "SELECT DISTINCT schema_name, table_name FROM duckdb_columns() WHERE database_name = ? "

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 POLL_RECORDS = 500  # records per poll; batches fill over several polls, so the byte bound holds
 NO_ASSIGNMENT_GIVE_UP_S = 60.0  # --once: exit if the group never assigns us a partition
+STALL_S = 20.0  # no record polled this long while an owned partition is behind the broker: re-seek it
 MERGE_BATCHES = 4  # at most this many decoded batches land in one transaction
 DECODERS = 2  # decoding is the slowest stage; a second decoder uses the CPU the fetch and the writer leave
 _NULL_ID = "00000000-0000-0000-0000-000000000000"
@@ -295,6 +296,34 @@ class _Loop:
                 self.consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
                                       for (t, p), o in offsets.items()})
 
+    def unstick(self) -> list[TopicPartition]:
+        """Re-seek owned partitions that the broker says are behind (end offset past the lake's) to the lake's
+        offsets; what was re-sought. Called after ``STALL_S`` without a record.
+
+        kafka-python 3.0 can stop returning a partition's records while its lag grows (dpkp/kafka-python
+        #3106, #3131: a position left awaiting validation or revocation); once, on Apache Kafka under load, a
+        pipeline landed one batch and then nothing for 3 minutes. A seek resets the partition's fetch state,
+        and the lake's offsets are the truth, so nothing is skipped or landed twice.
+        """
+        owned = sorted(self.consumer.assignment())
+        if not owned or self.buffer or self.lander.pending:
+            return []
+        try:
+            ends = self.consumer.end_offsets(owned)
+            stored = lake.retry(lambda: stored_offsets(self.reader, self.ids))
+        except Exception as e:  # a broker away: the poll loop reports that; try again next time
+            log.debug("stall check skipped: %s", e)
+            return []
+        behind = [tp for tp in owned if stored.get((tp.topic, tp.partition), 0) < (ends.get(tp) or 0)]
+        for tp in behind:
+            self.consumer.seek(tp, stored.get((tp.topic, tp.partition), 0))
+        if behind:
+            log.warning("no record for %.0fs although %d owned partition(s) are behind; re-seeking them to the "
+                        "lake's offsets: %s", STALL_S, len(behind),
+                        ", ".join(f"{tp.topic}[{tp.partition}]@{stored.get((tp.topic, tp.partition), 0)}"
+                                  f"<{ends.get(tp)}" for tp in behind))
+        return behind
+
     def reached(self, until: dict[tuple[str, int], int]) -> bool:
         stored = lake.retry(lambda: stored_offsets(self.reader, self.ids))
         return all(stored.get(tp, 0) >= off for tp, off in until.items())
@@ -376,7 +405,7 @@ def run(settings: Settings, bootstrap: str, *, once: bool = False,
     except BaseException:
         loop.close()
         raise
-    last_new = time.monotonic()
+    last_new = last_unstick = time.monotonic()
     last_log = time.monotonic()
     logged = 0
     try:
@@ -387,6 +416,9 @@ def run(settings: Settings, bootstrap: str, *, once: bool = False,
             now = time.monotonic()
             if got:
                 last_new = now
+            elif now - max(last_new, last_unstick, loop.assigned_at or started) >= STALL_S:
+                last_unstick = now
+                loop.unstick()
             # Nothing new (the backlog is drained) and the decoder free to take it: land what is buffered now
             # (waiting until the writer was idle too left the last batch of a backlog idle ~0.15 s).
             if loop.due() or (not got and loop.buffer and loop.lander.jobs.empty()):
