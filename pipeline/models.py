@@ -235,30 +235,48 @@ def _input_high_water(con: duckdb.DuckDBPyConnection, m: Model, seen: dict[str, 
     return con.execute(f"SELECT max({m.watermark}) FROM {m.table}").fetchone()[0]
 
 
-def _watermark(con: duckdb.DuckDBPyConnection, table: str, digest: str) -> tuple | None:
-    """The high-water mark kept for this model and SQL; the marks table is a cache, recreated when its shape is old."""
-    con.execute(f"CREATE TABLE IF NOT EXISTS {WATERMARKS} (model VARCHAR, high_water TIMESTAMPTZ, sql_hash VARCHAR)")
-    cols = {r[0] for r in con.execute(f"DESCRIBE {WATERMARKS}").fetchall()}
+def _marks(con: duckdb.DuckDBPyConnection, existing: dict[str, str]) -> dict[str, tuple[object, str]]:
+    """model -> (high-water mark, SQL hash) kept by earlier builds, read once per build (it was six catalog
+    statements per incremental model); the marks table is a cache, dropped when its shape is old (every
+    incremental model is then rebuilt)."""
+    if WATERMARKS not in existing:
+        return {}
+    cur = con.execute(f"SELECT * FROM {WATERMARKS}")
+    cols = [d[0] for d in cur.description or ()]
+    rows = cur.fetchall()
     if "sql_hash" not in cols:
         con.execute(f"DROP TABLE {WATERMARKS}")
-        con.execute(f"CREATE TABLE {WATERMARKS} (model VARCHAR, high_water TIMESTAMPTZ, sql_hash VARCHAR)")
-    return con.execute(f"SELECT max(high_water) FROM {WATERMARKS} WHERE model = ? AND sql_hash = ?",
-                       [table, digest]).fetchone()
+        del existing[WATERMARKS]
+        return {}
+    model, mark, digest = (cols.index(c) for c in ("model", "high_water", "sql_hash"))
+    return {r[model]: (r[mark], r[digest]) for r in rows}
+
+
+def _save_marks(con: duckdb.DuckDBPyConnection, marks: dict[str, tuple[object, str]]) -> None:
+    """Replace the marks of the models just built: one DELETE and one INSERT per build."""
+    if not marks:
+        return
+    con.execute(f"CREATE TABLE IF NOT EXISTS {WATERMARKS} (model VARCHAR, high_water TIMESTAMPTZ, sql_hash VARCHAR)")
+    names = list(marks)
+    con.execute(f"DELETE FROM {WATERMARKS} WHERE model IN ({', '.join('?' * len(names))})", names)
+    con.execute(f"INSERT INTO {WATERMARKS} VALUES {', '.join(['(?, ?::TIMESTAMPTZ, ?)'] * len(names))}",
+                [v for n in names for v in (n, *marks[n])])
 
 
 def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: dict[str, str],
-               marks: dict[str, object]) -> bool:
-    """Build one model; returns True when it was an incremental append."""
+               seen: dict[str, object], marks: dict[str, tuple[object, str]],
+               new_marks: dict[str, tuple[object, str]]) -> bool:
+    """Build one model; returns True when it was an incremental append. An incremental model's new mark
+    goes to ``new_marks`` (saved with the build)."""
     if m.materialized == "view":
         _replace(con, m, "VIEW", existing)
         return False
     if m.materialized == "incremental":
         # The SQL's hash is kept with the mark: an edited model is rebuilt from scratch, not appended to.
         digest = hashlib.sha256(m.sql.encode()).hexdigest()[:16]
-        row = _watermark(con, m.table, digest)
-        if not full and row and row[0] is not None and existing.get(m.table) == "TABLE":
-            since = con.execute("SELECT ?::TIMESTAMPTZ - to_seconds(?)", [row[0], m.lookback_s]).fetchone()[0]
-            con.execute("SET VARIABLE watermark = ?::TIMESTAMPTZ", [since])
+        old = marks.get(m.table)
+        if not full and old and old[0] is not None and old[1] == digest and existing.get(m.table) == "TABLE":
+            con.execute("SET VARIABLE watermark = ?::TIMESTAMPTZ - to_seconds(?)", [old[0], m.lookback_s])
             con.execute(f"DELETE FROM {m.table} WHERE {m.watermark} > getvariable('watermark')")
             con.execute(f"INSERT INTO {m.table} SELECT * FROM ({m.sql})")
             inc = True
@@ -266,8 +284,7 @@ def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: d
             con.execute("SET VARIABLE watermark = '-infinity'::TIMESTAMPTZ")
             _replace(con, m, "TABLE", existing)
             inc = False
-        con.execute(f"DELETE FROM {WATERMARKS} WHERE model = ?", [m.table])
-        con.execute(f"INSERT INTO {WATERMARKS} VALUES (?, ?, ?)", [m.table, _input_high_water(con, m, marks), digest])
+        new_marks[m.table] = (_input_high_water(con, m, seen), digest)
         return inc
     _replace(con, m, "TABLE", existing)
     return False
@@ -288,14 +305,15 @@ def needed_by(plan: list[Model], targets: tuple[str, ...]) -> set[str]:
 
 def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_dir: Path = SQL_DIR,
           full: bool = False, only_stale: bool = False, first: tuple[str, ...] = (),
-          then: Callable[[duckdb.DuckDBPyConnection], object] | None = None) -> BuildStats:
+          then: Callable[[duckdb.DuckDBPyConnection], object] | None = None, rest: bool = True) -> BuildStats:
     """Build every model in dependency order, in one transaction (readers see the old marts or the new).
 
     ``full`` rebuilds incremental models from scratch. With ``only_stale`` nothing is built when raw
     inputs have not changed since the last build (what ``diagnose`` does). With ``first``, the models
     those tables need are built and committed first, ``then(con)`` is called (the live findings are published
     before the other marts are built: time to verdict), and the rest follows in a second transaction; the
-    build counts as done (not stale) only when both committed.
+    build counts as done (not stale) only when both committed. ``rest=False`` (with ``first``) leaves the rest
+    out: the build stays stale, so the next full one (``diagnose``, a report, a later scheduled build) does it.
     """
     own = con is None
     con = con or lake.connect(settings)
@@ -307,9 +325,13 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
         defs = definitions(settings, sql_dir)
         head = needed_by(plan, first)
         parts = [[m for m in plan if m.table in head], [m for m in plan if m.table not in head]] if head else [plan]
+        if head and not rest:
+            parts = parts[:1] + [[]]  # an empty last part: nothing built, nothing recorded
         stats = BuildStats()
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
+            if not part:
+                continue
             # The state recorded is the one the first part saw: data landed in between is built next time.
             with lake.COMMIT_LOCK:  # landings in this process wait: see lake.COMMIT_LOCK
                 s = lake.retry(lambda part=part, last=last: _build_all(con, part, full, defs, last,
@@ -338,11 +360,13 @@ def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, de
         state = state or source_state(con) + "|" + defs
         stats.source_state = state
         existing = _existing(con)
-        marks: dict[str, object] = {}
+        seen: dict[str, object] = {}
+        marks = _marks(con, existing)
+        new_marks: dict[str, tuple[object, str]] = {}
         for m in plan:
             t = time.perf_counter()
             try:
-                inc = _build_one(con, m, full, existing, marks)
+                inc = _build_one(con, m, full, existing, seen, marks, new_marks)
             except duckdb.Error as e:
                 if lake.is_conflict(e):
                     raise
@@ -352,6 +376,7 @@ def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, de
                 stats.incremental.append(m.table)
             stats.models += 1
             log.debug("built %s in %.2fs", m.table, stats.per_model_s[m.table])
+        _save_marks(con, new_marks)
         if record:
             con.execute(f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (built_at TIMESTAMPTZ, source_state VARCHAR, "
                         "models INTEGER, seconds DOUBLE)")

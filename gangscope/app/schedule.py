@@ -109,18 +109,28 @@ def guarded(name: str, fn: Callable[[], Any]) -> Callable[[], None]:
 # --- the jobs ---------------------------------------------------------------------------------
 
 
-def build_models(settings: Settings, outlet: Any = None, con: Any = None) -> None:
+def build_models(settings: Settings, outlet: Any = None, con: Any = None, rest: bool = True) -> Any:
     """Build what is stale and publish the findings' changes through ``outlet`` (reports.lifecycle) as soon
-    as the findings are built, before the marts nobody is waiting for (time to verdict, docs/sandbox.md)."""
+    as the findings are built, before the marts nobody is waiting for (time to verdict, docs/sandbox.md);
+    ``rest=False`` leaves those marts for a later build. The build's stats."""
     from pipeline import models
 
     if outlet is None:
-        models.build(settings, con, only_stale=True)
-        return
+        return models.build(settings, con, only_stale=True)
     from reports.lifecycle import publish_after_build
 
-    models.build(settings, con, only_stale=True, first=("marts.findings", "marts.jobs"),
-                 then=lambda c: publish_after_build(settings, outlet, c))
+    return models.build(settings, con, only_stale=True, first=("marts.findings", "marts.jobs"),
+                        then=lambda c: publish_after_build(settings, outlet, c), rest=rest)
+
+
+REST_EVERY = 5  # the marts no finding reads are rebuilt every this many build intervals (findings every one)
+
+
+def rest_every_s(spec: str | None) -> float:
+    """How often the scheduled build also rebuilds the marts no finding reads: ``REST_EVERY`` intervals of an
+    ``interval:`` schedule; every build for a cron schedule (its runs are far apart anyway)."""
+    trigger = parse_spec(spec, "models_build")
+    return REST_EVERY * trigger.interval.total_seconds() if isinstance(trigger, IntervalTrigger) else 0.0
 
 
 class ModelBuilds:
@@ -128,19 +138,28 @@ class ModelBuilds:
 
     Attaching the lake took ~1 s per build on a busy 2-core machine: at the sandbox's 10x, 10 simulated
     seconds of every time to verdict. Builds never overlap (``max_instances=1``), so one connection serves.
+    With findings to publish, the marts no finding reads (node_health, queue_health, ...: a fifth of a build)
+    are rebuilt only every ``REST_EVERY`` intervals: every build holds landings back while it commits, and the
+    next findings wait for it (docs/sandbox.md, time to verdict).
     """
 
     def __init__(self, settings: Settings, outlet: Any = None) -> None:
         self.settings, self.outlet = settings, outlet
         self.con: Any = None
+        self.rest_every_s = rest_every_s(settings.schedule.models_build)
+        self.rest_at: float | None = None  # when the last build that included the rest began
 
     def __call__(self) -> None:
         from pipeline import lake
 
         if self.con is None:
             self.con = lake.connect(self.settings)
+        started = time.monotonic()
+        rest = self.rest_at is None or started - self.rest_at >= self.rest_every_s
         try:
-            build_models(self.settings, self.outlet, self.con)
+            stats = build_models(self.settings, self.outlet, self.con, rest=rest)
+            if rest and stats is not None and stats.models:
+                self.rest_at = started
         except BaseException:
             self.close()  # whatever state the failure left the connection in, the next build starts afresh
             raise

@@ -180,12 +180,12 @@ def test_model_builds_keep_one_connection_and_reopen_after_a_failure(offline_set
     seen, fail = [], [False]
     real = schedule.build_models
 
-    def recording(settings, outlet=None, con=None):
+    def recording(settings, outlet=None, con=None, rest=True):
         seen.append(con)
         if fail[0]:
             fail[0] = False
             raise RuntimeError("catalog unavailable")
-        real(settings, outlet, con)
+        return real(settings, outlet, con, rest)
 
     monkeypatch.setattr(schedule, "build_models", recording)
     try:
@@ -202,3 +202,59 @@ def test_model_builds_keep_one_connection_and_reopen_after_a_failure(offline_set
         assert seen[3].execute("SELECT count(*) FROM marts.findings").fetchone() == (0,)
     finally:
         builds.close()
+
+
+def test_scheduled_builds_publish_findings_every_time_and_the_other_marts_every_fifth_interval(
+        offline_settings, monkeypatch):
+    """With findings to publish, every scheduled build builds and publishes the findings, but the marts no
+    finding reads only once ``REST_EVERY`` intervals passed since they were last built; the lake stays stale
+    meanwhile, so ``diagnose``'s own build (only_stale) would complete them."""
+    import dataclasses
+
+    from pipeline import lake, land, models
+    from tests.pipeline.helpers import pod_event
+
+    settings = dataclasses.replace(offline_settings, schedule=dataclasses.replace(
+        offline_settings.schedule, models_build="interval:10"))
+    assert schedule.rest_every_s(settings.schedule.models_build) == 10 * schedule.REST_EVERY
+    assert schedule.rest_every_s("cron:*/5 * * * *") == 0.0
+
+    class Outlet:
+        ticks = 0
+
+        def tick(self, rows):
+            self.ticks += 1
+            return []
+
+    now = [1000.0]
+    monkeypatch.setattr(schedule.time, "monotonic", lambda: now[0])
+    built: list[set[str]] = []
+    real = schedule.build_models
+
+    def recording(*a, **k):
+        stats = real(*a, **k)
+        built.append(set(stats.per_model_s))
+        return stats
+
+    monkeypatch.setattr(schedule, "build_models", recording)
+    con = lake.connect(settings)
+    outlet = Outlet()
+    builds = schedule.ModelBuilds(settings, outlet)
+    rest = {"marts.node_health", "marts.queue_health", "staging.stg_scrape_health"}
+    try:
+        builds()  # the first build: everything
+        assert outlet.ticks == 1 and rest <= built[-1] and "marts.findings" in built[-1]
+        assert not models.is_stale(settings, con)
+        for i in range(1, 5):  # four more intervals, something landed before each
+            land.land(con, [("gs.k8s", 0, i, pod_event(i).to_bytes())])
+            now[0] += 10
+            builds()
+            assert outlet.ticks == 1 + i and "marts.findings" in built[-1] and not rest & built[-1]
+            assert models.is_stale(settings, con)  # diagnose would build the rest itself
+        now[0] += 10  # five intervals since the rest was built
+        builds()
+        assert outlet.ticks == 6 and rest <= built[-1] and "marts.findings" in built[-1]
+        assert not models.is_stale(settings, con)
+    finally:
+        builds.close()
+        con.close()

@@ -78,6 +78,17 @@ def test_incremental_rebuild_neither_loses_nor_doubles(offline_settings) -> None
         full = models.build(offline_settings, con, full=True)
         assert full.incremental == []
         assert con.execute("SELECT count(*) FROM intermediate.int_node_bandwidth").fetchone()[0] == 2 * 124
+        incremental = {m.table for m in models.discover().values() if m.materialized == "incremental"}
+        kept = con.execute(f"SELECT model, count(*) FROM {models.WATERMARKS} GROUP BY ALL").fetchall()
+        assert {m for m, _ in kept} == incremental and {n for _, n in kept} == {1}  # one mark per model
+        # A marks table of an older shape is dropped: every incremental model is rebuilt from scratch, once.
+        con.execute(f"CREATE OR REPLACE TABLE {models.WATERMARKS} (model VARCHAR, high_water TIMESTAMPTZ)")
+        _bw(raw, 31, 32)
+        raw.write(con)
+        assert models.build(offline_settings, con, only_stale=True).incremental == []
+        assert "intermediate.int_node_bandwidth" in models.build(offline_settings, con).incremental
+        assert con.execute("SELECT count(*), count(DISTINCT (node, ts)) "
+                           "FROM intermediate.int_node_bandwidth").fetchone() == (2 * 128, 2 * 128)
     finally:
         con.close()
 
