@@ -180,19 +180,12 @@ def play_live(settings: Settings, out: Path, on_change: Any, *, scenario: str = 
               seed: int = 1, data: Path | None = None, build_s: float = 2.0) -> tuple[Any, Path]:
     """Serve ``scenario`` in a sandbox and run `gangscope run` against it until the scenario is over and two
     more builds ran; ``on_change(change, sandbox)`` gets each finding change as the topic delivers it.
-    Returns (the stopped sandbox, the data directory).
-
-    `gangscope run` is a process of its own, as it is beside a real cluster: in this one, the sandbox's
-    exporters and API server (ten times the real work at 10x) shared the interpreter with the collectors,
-    the pipeline and the builds. Its log goes to ``<out>/run.log``.
-    """
-    import os
-    import signal
-    import subprocess
-    import sys
+    Returns (the stopped sandbox, the data directory)."""
+    import threading
 
     from collectors.simulate.sandbox import Sandbox
     from gangscope.app.findings_topic import topic
+    from gangscope.app.service import run_service
     from gangscope.config import load
     from gangscope.transport import kafka as pkafka
     from gangscope.transport.broker import bootstrap_servers
@@ -200,35 +193,28 @@ def play_live(settings: Settings, out: Path, on_change: Any, *, scenario: str = 
     sb = Sandbox(out / "sandbox", scenario, seed=seed, nodes=DEMO_NODES, hours=DEMO_HOURS, interval=DEMO_INTERVAL,
                  speed=speed).start()
     data = data or out / "data"
+    stop = threading.Event()
     try:
         on_change(None, sb)
         with bootstrap_servers(settings) as bootstrap:
-            prefix = settings.kafka.topic_prefix
-            live_settings = load(sb.config, {"data": str(data), "kafka": {"bootstrap_servers": bootstrap,
-                                                                           "topic_prefix": prefix}}, environ={})
-            root = str(Path(__file__).resolve().parents[2])
-            env = {k: v for k, v in os.environ.items() if not k.startswith("GANGSCOPE_")}
-            env.update({
-                "GANGSCOPE_CONFIG": str(sb.config), "GANGSCOPE_DATA": str(data), "GANGSCOPE_CLUSTER": settings.cluster,
-                "GANGSCOPE_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "GANGSCOPE_KAFKA_TOPIC_PREFIX": prefix,
-                "GANGSCOPE_SCHEDULE_MODELS_BUILD": f"interval:{build_s:g}", "GANGSCOPE_SCHEDULE_REPORT_HOURLY": "off",
-                "GANGSCOPE_SCHEDULE_REPORT_DAILY": "off", "GANGSCOPE_SCHEDULE_RETENTION": "off",
+            live_settings = load(sb.config, {
+                "data": str(data), "cluster": settings.cluster,
+                "kafka": {"bootstrap_servers": bootstrap, "topic_prefix": settings.kafka.topic_prefix},
                 # Compaction at gangscope's default period on the sandbox clock: left off, every landing and
                 # incremental build leaves files behind, and builds slow down with the file count.
-                "GANGSCOPE_SCHEDULE_COMPACTION": f"interval:{COMPACTION_S / speed:g}",
-                "GANGSCOPE_SERVER_LISTEN": "127.0.0.1:0",
-                "GANGSCOPE_FINDINGS_ALERTMANAGER_URL": settings.findings.alertmanager_url or "",
-                "PYTHONPATH": root + os.pathsep + env.get("PYTHONPATH", "")})
-            out.mkdir(parents=True, exist_ok=True)
-            with (out / "run.log").open("ab") as log:
-                service = subprocess.Popen([sys.executable, "-m", "gangscope.app.cli", "run"], env=env, cwd=root,
-                                           stdout=log, stderr=subprocess.STDOUT)
+                "schedule": {"models_build": f"interval:{build_s:g}", "report_hourly": "off", "report_daily": "off",
+                             "compaction": f"interval:{COMPACTION_S / speed:g}", "retention": "off"},
+                "server": {"listen": "127.0.0.1:0"},
+                "findings": {"alertmanager_url": settings.findings.alertmanager_url},
+            }, environ={})
+            service = threading.Thread(target=run_service, args=(live_settings, stop), name="demo-run", daemon=True)
+            service.start()
             consumer = pkafka.consumer(live_settings, bootstrap, group_id=None, auto_offset_reset="earliest")
             consumer.subscribe([topic(live_settings)])
             state_file = data / "findings-state.json"
             final_builds, mark = 0, None
             try:
-                while service.poll() is None and final_builds < 3:
+                while service.is_alive() and final_builds < 3:
                     for batch in consumer.poll(timeout_ms=500).values():
                         for m in batch:
                             on_change(json.loads(m.value), sb)
@@ -241,15 +227,8 @@ def play_live(settings: Settings, out: Path, on_change: Any, *, scenario: str = 
                         on_change(json.loads(m.value), sb)
             finally:
                 consumer.close()
-                if service.poll() is None:
-                    service.send_signal(signal.SIGTERM)
-                try:
-                    service.wait(180)
-                except subprocess.TimeoutExpired:
-                    service.kill()
-                    service.wait()
-            if service.returncode not in (0, -signal.SIGTERM):
-                raise RuntimeError(f"gangscope run exited with {service.returncode}; see {out / 'run.log'}")
+                stop.set()
+                service.join(180)
     finally:
         sb.stop()
     return sb, data
