@@ -4,9 +4,9 @@ Every lake commit writes at least one Parquet file per table, or inlines small i
 the catalog. Left alone, reads slow down with the file count, so on a schedule:
 inlined rows are flushed to Parquet, adjacent small files are merged
 (``ducklake_merge_adjacent_files``), both table by table and not for the model tables every build
-replaces, and snapshots older than ``keep`` expire so the
-replaced files can be deleted. Safe to run while the pipeline writes: in one process each step holds
-``lake.COMMIT_LOCK`` (landings and builds wait for it), across processes conflicts retry.
+replaces, and snapshots older than ``KEEP`` expire (scheduled model builds expire them too, more often)
+so the replaced files can be deleted. Safe to run while the pipeline writes: in one process each step
+holds ``lake.COMMIT_LOCK`` (landings and builds wait for it), across processes conflicts retry.
 """
 
 from __future__ import annotations
@@ -41,46 +41,66 @@ def replaced_tables() -> set[str]:
     return {m.table for m in models.discover().values() if m.materialized == "table"}
 
 
-def compact(con: duckdb.DuckDBPyConnection, keep: timedelta = timedelta(hours=1),
+# Snapshots (and the files only they use) younger than this survive: a reader whose query began on an older
+# snapshot is not pulled from under its feet (its next catalog read fails once that snapshot expired). Kept
+# short because every build replaces each model table, and every catalog read slows with the history kept:
+# the live findings build went from 2 s to about 5 s in 100 builds (docs/lake.md). At a 30 s schedule ten
+# minutes are 20 builds.
+KEEP = timedelta(minutes=10)
+
+
+def _step(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
+    """One maintenance statement, under the commit lock, retried on conflicts.
+
+    Under the lock: a landing or build of this process committing while a step runs moved the SQLite catalog
+    under it, and the step failed ("Failed to delete flushed inlined data ...: Current transaction is aborted",
+    which no retry recognised), so `gangscope run` never compacted. One step at a time, so landings and builds
+    go on between steps; the lock is held per attempt, not across retry's backoff.
+    """
+    def once() -> list[tuple]:
+        with lake.COMMIT_LOCK:
+            try:
+                return con.execute(sql).fetchall()
+            except duckdb.Error:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")  # a failed step may leave the connection's transaction aborted
+                raise
+
+    return lake.retry(once)
+
+
+def _older(keep: timedelta) -> str:
+    return f"now() - INTERVAL {int(keep.total_seconds())} SECOND"
+
+
+def expire(con: duckdb.DuckDBPyConnection, keep: timedelta | None = None, alias: str = lake.ALIAS) -> int:
+    """Expire the snapshots older than ``keep`` (default :data:`KEEP`; scheduled builds call this too); how
+    many expired."""
+    keep = KEEP if keep is None else keep
+    return len(_step(con, f"CALL ducklake_expire_snapshots('{alias}', older_than => {_older(keep)})"))
+
+
+def compact(con: duckdb.DuckDBPyConnection, keep: timedelta | None = None,
             alias: str = lake.ALIAS, skip: set[str] | None = None) -> CompactionStats:
     """Flush inlined rows, merge adjacent small files, expire old snapshots, delete unused files.
 
-    ``keep``: snapshots (and the files they use) younger than this survive, so a reader that
-    started a long query on an older snapshot is not pulled from under its feet. ``skip``: tables
-    (``schema.table``) not to flush or merge (default: :func:`replaced_tables`).
+    ``keep``: see :data:`KEEP`. ``skip``: tables (``schema.table``) not to flush or merge (default:
+    :func:`replaced_tables`).
     """
     skip = replaced_tables() if skip is None else skip
+    keep = KEEP if keep is None else keep
     stats = CompactionStats()
-    older = f"now() - INTERVAL {int(keep.total_seconds())} SECOND"
-
-    def step(sql: str) -> list[tuple]:
-        # Under the commit lock: a landing or build of this process committing while a step runs moved the
-        # SQLite catalog under it, and the step failed ("Failed to delete flushed inlined data ...: Current
-        # transaction is aborted", which no retry recognised), so `gangscope run` never compacted. One step
-        # at a time, so landings and builds go on between steps.
-        # The lock is held per attempt, not across retry's backoff: landings go on while a step waits to retry.
-        def once() -> list[tuple]:
-            with lake.COMMIT_LOCK:
-                try:
-                    return con.execute(sql).fetchall()
-                except duckdb.Error:
-                    with contextlib.suppress(duckdb.Error):
-                        con.execute("ROLLBACK")  # a failed step may leave the connection's transaction aborted
-                    raise
-
-        return lake.retry(once)
-
     tables = [r for r in con.execute(
         "SELECT DISTINCT schema_name, table_name FROM duckdb_columns() WHERE database_name = ? "
         "EXCEPT SELECT schema_name, view_name FROM duckdb_views() WHERE database_name = ? ORDER BY ALL",
         [alias, alias]).fetchall() if f"{r[0]}.{r[1]}" not in skip]
     for schema, table in tables:
-        step(f"CALL ducklake_flush_inlined_data('{alias}', schema_name => '{schema}', table_name => '{table}')")
-        merged = step(f"CALL ducklake_merge_adjacent_files('{alias}', '{table}', schema => '{schema}')")
+        _step(con, f"CALL ducklake_flush_inlined_data('{alias}', schema_name => '{schema}', table_name => '{table}')")
+        merged = _step(con, f"CALL ducklake_merge_adjacent_files('{alias}', '{table}', schema => '{schema}')")
         # rows: (schema, table, files processed, files created)
         stats.merged_files += sum(int(r[2]) for r in merged if len(r) > 2 and r[2] is not None)
-    step(f"CALL ducklake_expire_snapshots('{alias}', older_than => {older})")
-    stats.deleted_files = len(step(f"CALL ducklake_cleanup_old_files('{alias}', older_than => {older})"))
+    expire(con, keep, alias)
+    stats.deleted_files = len(_step(con, f"CALL ducklake_cleanup_old_files('{alias}', older_than => {_older(keep)})"))
     log.info("compaction: merged %d small file(s), deleted %d unused file(s)", stats.merged_files,
              stats.deleted_files)
     return stats

@@ -160,9 +160,20 @@ class ModelBuilds:
             stats = build_models(self.settings, self.outlet, self.con, rest=rest)
             if rest and stats is not None and stats.models:
                 self.rest_at = started
+                self.expire()
         except BaseException:
             self.close()  # whatever state the failure left the connection in, the next build starts afresh
             raise
+
+    def expire(self) -> None:
+        """Expire old snapshots with the rest of the marts: the history every build adds slows the next ones
+        (pipeline.compaction.KEEP); compaction's own schedule is too seldom for that."""
+        from pipeline import compaction
+
+        try:
+            compaction.expire(self.con)
+        except Exception as e:  # the build itself succeeded; the next one tries again
+            log.warning("expiring old snapshots failed: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
 
     def close(self) -> None:
         if self.con is not None:

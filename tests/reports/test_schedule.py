@@ -208,10 +208,12 @@ def test_scheduled_builds_publish_findings_every_time_and_the_other_marts_every_
         offline_settings, monkeypatch):
     """With findings to publish, every scheduled build builds and publishes the findings, but the marts no
     finding reads only once ``REST_EVERY`` intervals passed since they were last built; the lake stays stale
-    meanwhile, so ``diagnose``'s own build (only_stale) would complete them."""
+    meanwhile, so ``diagnose``'s own build (only_stale) would complete them. Snapshots older than
+    ``compaction.KEEP`` (0 here) expire with the rest, not at every build."""
     import dataclasses
+    from datetime import timedelta
 
-    from pipeline import lake, land, models
+    from pipeline import compaction, lake, land, models
     from tests.pipeline.helpers import pod_event
 
     settings = dataclasses.replace(offline_settings, schedule=dataclasses.replace(
@@ -237,7 +239,11 @@ def test_scheduled_builds_publish_findings_every_time_and_the_other_marts_every_
         return stats
 
     monkeypatch.setattr(schedule, "build_models", recording)
+    monkeypatch.setattr(compaction, "KEEP", timedelta(0))
     con = lake.connect(settings)
+
+    def snapshots() -> int:
+        return con.execute("SELECT count(*) FROM ducklake_snapshots(?)", [lake.ALIAS]).fetchone()[0]
     outlet = Outlet()
     builds = schedule.ModelBuilds(settings, outlet)
     rest = {"marts.node_health", "marts.queue_health", "staging.stg_scrape_health"}
@@ -245,16 +251,19 @@ def test_scheduled_builds_publish_findings_every_time_and_the_other_marts_every_
         builds()  # the first build: everything
         assert outlet.ticks == 1 and rest <= built[-1] and "marts.findings" in built[-1]
         assert not models.is_stale(settings, con)
+        assert snapshots() == 1  # only the newest survives a keep of 0
         for i in range(1, 5):  # four more intervals, something landed before each
             land.land(con, [("gs.k8s", 0, i, pod_event(i).to_bytes())])
             now[0] += 10
             builds()
             assert outlet.ticks == 1 + i and "marts.findings" in built[-1] and not rest & built[-1]
             assert models.is_stale(settings, con)  # diagnose would build the rest itself
+        assert snapshots() == 1 + 2 * 4  # a landing and a build each interval, none expired
         now[0] += 10  # five intervals since the rest was built
         builds()
         assert outlet.ticks == 6 and rest <= built[-1] and "marts.findings" in built[-1]
         assert not models.is_stale(settings, con)
+        assert snapshots() == 1
     finally:
         builds.close()
         con.close()
