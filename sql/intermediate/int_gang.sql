@@ -63,7 +63,10 @@ idle AS (
 ),
 timed AS (
     SELECT j.*, pg.phase, pg.scheduled_message,
-           coalesce(CASE WHEN j.admitted_at >= j.run_started_at - INTERVAL 1 MINUTE THEN j.admitted_at END,
+           -- The current Workload's admission, unless the live pods are older (a run Kueue did not admit);
+           -- with no live pods yet (a Job run again under its name), never an earlier run's pods.
+           coalesce(CASE WHEN j.admitted_at >= j.run_started_at - INTERVAL 1 MINUTE OR j.run_started_at IS NULL
+                         THEN j.admitted_at END,
                     j.run_started_at, pg.created_at, j.created_at) AS started_at,
            -- The gang object's own scheduled time counts only for the current run (not a recreated run's old group).
            least(j.all_bound_at, CASE WHEN pg.scheduled_at >= j.run_started_at - INTERVAL 1 MINUTE
