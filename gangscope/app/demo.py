@@ -181,6 +181,7 @@ def play_live(settings: Settings, out: Path, on_change: Any, *, scenario: str = 
     """Serve ``scenario`` in a sandbox and run `gangscope run` against it until the scenario is over and two
     more builds ran; ``on_change(change, sandbox)`` gets each finding change as the topic delivers it.
     Returns (the stopped sandbox, the data directory)."""
+    import logging
     import threading
 
     from collectors.simulate.sandbox import Sandbox
@@ -194,6 +195,7 @@ def play_live(settings: Settings, out: Path, on_change: Any, *, scenario: str = 
                  speed=speed).start()
     data = data or out / "data"
     stop = threading.Event()
+    scrape_log = logging.getLogger("collectors.metrics.scrape")
     try:
         on_change(None, sb)
         with bootstrap_servers(settings) as bootstrap:
@@ -219,6 +221,8 @@ def play_live(settings: Settings, out: Path, on_change: Any, *, scenario: str = 
                         for m in batch:
                             on_change(json.loads(m.value), sb)
                     if sb.finished:  # two builds over the whole scenario, then stop
+                        # Its exporters answer 503 from now on (their data ended): expected, not news to print.
+                        scrape_log.setLevel(logging.ERROR)
                         stamp = state_file.stat().st_mtime if state_file.exists() else None
                         if stamp != mark:
                             final_builds, mark = final_builds + 1, stamp
@@ -226,6 +230,7 @@ def play_live(settings: Settings, out: Path, on_change: Any, *, scenario: str = 
                     for m in batch:
                         on_change(json.loads(m.value), sb)
             finally:
+                scrape_log.setLevel(logging.NOTSET)
                 consumer.close()
                 stop.set()
                 service.join(180)

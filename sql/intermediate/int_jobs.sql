@@ -114,13 +114,23 @@ pods AS (
                      FILTER (WHERE NOT deleted AND bound_at IS NOT NULL)) AS bound_times,
            list_sort(list({'t': first_running_at, 'before_capture': running_before_capture})
                      FILTER (WHERE NOT deleted AND first_running_at IS NOT NULL)) AS running_times,
+           -- The last run's pods once every pod is deleted: bound_times / running_times of a deleted job.
+           list_sort(list({'t': bound_at, 'before_capture': bound_before_capture})
+                     FILTER (WHERE last_run AND bound_at IS NOT NULL)) AS ended_bound_times,
+           list_sort(list({'t': first_running_at, 'before_capture': running_before_capture})
+                     FILTER (WHERE last_run AND first_running_at IS NOT NULL)) AS ended_running_times,
            min(created_at) AS pods_created_at,
            min(created_at) FILTER (WHERE NOT deleted) AS run_started_at,
            max(local_queue) AS local_queue,
            min(least(created_at, last_seen_at)) AS first_seen,
            max(last_seen_at) AS last_seen,
            CASE WHEN bool_and(deleted) THEN max(last_seen_at) END AS deleted_at
-    FROM intermediate.int_pod_jobs p
+    FROM (
+        -- The pods deleted last, within a minute of each other: the last run of a job whose pods are all gone.
+        SELECT *, deleted AND last_seen_at >= max(last_seen_at) OVER job_pods - INTERVAL 1 MINUTE AS last_run
+        FROM intermediate.int_pod_jobs
+        WINDOW job_pods AS (PARTITION BY cluster, namespace, job)
+    ) p
     LEFT JOIN (SELECT cluster, namespace, name AS pod, local_queue FROM staging.stg_pods) q USING (cluster, namespace, pod)
     GROUP BY cluster, namespace, job
 ),
@@ -148,6 +158,8 @@ j AS (
            coalesce(p.nodes, []) AS nodes,
            p.bound_times,
            p.running_times,
+           p.ended_bound_times,
+           p.ended_running_times,
            least(w.created_at, g.created_at, p.pods_created_at) AS created_at,
            p.run_started_at,
            least(w.created_at, g.created_at, p.first_seen) AS first_seen,
@@ -162,6 +174,15 @@ j AS (
     LEFT JOIN pg_job g USING (cluster, namespace, job)
     LEFT JOIN pods p USING (cluster, namespace, job)
     LEFT JOIN units u USING (cluster, namespace, job)
+),
+judged AS (
+    -- A deleted job (every object gone) is judged on its last run's pods: without them a Job deleted after
+    -- it ran (ttlSecondsAfterFinished, kubectl delete) had no binding times and looked like a gang that never
+    -- assembled until its deletion. A job with a live Workload or pods keeps its live pods only.
+    SELECT * REPLACE (
+        CASE WHEN deleted_at IS NOT NULL AND pods = 0 THEN ended_bound_times ELSE bound_times END AS bound_times,
+        CASE WHEN deleted_at IS NOT NULL AND pods = 0 THEN ended_running_times ELSE running_times END AS running_times)
+    FROM j
 )
 SELECT
     cluster, namespace, job, job_kind, workload, cluster_queue, local_queue, pod_group, gang_system,
@@ -190,4 +211,4 @@ SELECT
         WHEN pods_running > 0 AND gang_size = 0 THEN 'running'
         ELSE 'assembling'
     END AS state
-FROM j
+FROM judged
