@@ -14,7 +14,9 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, TopicPartition
@@ -206,12 +208,14 @@ class _Loop:
         self.con.execute("SET threads = 1")
         self.reader = self.con.cursor()  # this thread's own connection to the same lake
         self.reader.execute(f"USE {lake.ALIAS}")
+        self.bootstrap = bootstrap
         try:
-            self.consumer = pkafka.consumer(
-                settings, bootstrap, max_poll_records=max(1, min(settings.pipeline.batch_records, POLL_RECORDS)))
+            self.consumer = self._new_consumer()
         except BaseException:
             self.con.close()
             raise
+        self.join: Callable[[], None] | None = None  # how the consumer takes its partitions (``run`` sets it)
+        self.sought: list[TopicPartition] = []  # what the last stall check re-sought
         self.lander = _Lander(self.con, self.ids)
         self.buffer: list[Record] = []
         self.buffer_bytes = 0
@@ -220,6 +224,10 @@ class _Loop:
         self.assigned_at: float | None = None
         self.first_assigned_at: float | None = None
         self.stats = ConsumeStats()
+
+    def _new_consumer(self) -> Any:
+        return pkafka.consumer(self.settings, self.bootstrap,
+                               max_poll_records=max(1, min(self.settings.pipeline.batch_records, POLL_RECORDS)))
 
     def assign(self, assigned: set[TopicPartition]) -> None:
         self.collect(wait=True)
@@ -315,6 +323,18 @@ class _Loop:
             log.debug("stall check skipped: %s", e)
             return []
         behind = [tp for tp in owned if stored.get((tp.topic, tp.partition), 0) < (ends.get(tp) or 0)]
+        if behind and behind == self.sought and self.join is not None:
+            # The last seek did not help (seen on Apache Kafka under load: the same two partitions re-sought every
+            # 20 s for minutes): a new consumer, joined as the first was, starts from the lake's offsets.
+            log.warning("no record for %.0fs after re-seeking %s: replacing the Kafka consumer", STALL_S,
+                        ", ".join(f"{tp.topic}[{tp.partition}]" for tp in behind))
+            with contextlib.suppress(Exception):
+                self.consumer.close()
+            self.consumer = self._new_consumer()
+            self.join()
+            self.sought = []
+            return behind
+        self.sought = behind
         for tp in behind:
             self.consumer.seek(tp, stored.get((tp.topic, tp.partition), 0))
         if behind:
@@ -394,14 +414,20 @@ def run(settings: Settings, bootstrap: str, *, once: bool = False,
             # broker keeps leavers until then) and a rebalance can stall it. Landing stays exactly once
             # without the group: every transaction skips what the lake already stores.
             parts = _partitions(loop, set(until))
-            loop.consumer.assign(sorted(parts))
-            loop.assign(parts)
+
+            def join() -> None:
+                loop.consumer.assign(sorted(parts))
+                loop.assign(parts)
         else:
             # Join only once the metadata lists every topic: a leader that assigns before it knows a topic gives
             # nobody its partitions, and kafka-python 3.0 did not always rejoin when the metadata came (on
             # Apache Kafka under load, a member stayed without partitions for over a minute).
             _partitions(loop, set())
-            loop.consumer.subscribe(loop.topics, listener=_Rebalance(loop))
+
+            def join() -> None:
+                loop.consumer.subscribe(loop.topics, listener=_Rebalance(loop))
+        loop.join = join
+        join()
     except BaseException:
         loop.close()
         raise
