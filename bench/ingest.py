@@ -13,7 +13,11 @@ each from partition assignment to its last record read / landed (group joins and
 are excluded), ``--repeat`` times, alternating (each landing into a fresh lake). Prints the medians of
 samples/s for both and the median of the runs' ratios b/a, ending with
 ``ingest: landed=<samples/s> raw=<samples/s> ratio=<b/a> rss_mb=<peak>`` (this process's peak RSS from
-the start of a landing run on, so the publishing phase does not count; memory it kept counts).
+the start of a landing run on, so the publishing phase does not count; memory it kept counts). Before it,
+a ``cpu:`` line gives CPU microseconds per sample of the raw read (c), of decoding (d) and of writing (w), and
+the ratio they allow: the pipeline does the raw reader's work plus decoding and writing, so even with every
+core busy all the time it lands at most cores / (c + d + w) samples/s; divided by the raw rate, that bounds
+the ratio.
 The default backlog (24000 scrapes, 4.8 M samples, ~1 s of raw reading) is long enough that the
 pipeline's fill and drain (first batch decoded before anything is written, last batch written after
 everything is read; ~0.3 s together) do not decide the ratio.
@@ -25,6 +29,7 @@ import argparse
 import contextlib
 import io
 import logging
+import os
 import re
 import resource
 import subprocess
@@ -44,11 +49,11 @@ import pyarrow as pa  # noqa: E402
 from kafka import ConsumerRebalanceListener  # noqa: E402
 
 from gangscope import config  # noqa: E402
-from gangscope.records import ScrapeBatch  # noqa: E402
+from gangscope.records import ScrapeBatch, encode_scrape  # noqa: E402
 from gangscope.transport import kafka as pkafka  # noqa: E402
 from gangscope.transport.broker import EmbeddedBroker  # noqa: E402
 from gangscope.transport.publish import Publisher  # noqa: E402
-from pipeline import consume  # noqa: E402
+from pipeline import consume, lake, land  # noqa: E402
 from tests.servers import kafka as kafka_server  # noqa: E402
 
 REFERENCE = ROOT.parent / "shared" / "reference" / "telemetry"
@@ -103,16 +108,19 @@ def publish(settings: config.Settings, bootstrap: str, records: int) -> int:
 
 class _Assigned(ConsumerRebalanceListener):
     at: float | None = None
+    cpu_at: float = 0.0  # process CPU seconds at the assignment
 
     def on_partitions_assigned(self, assigned: set) -> None:
-        self.at = self.at or time.monotonic()
+        if self.at is None:
+            self.at, self.cpu_at = time.monotonic(), time.process_time()
 
     def on_partitions_revoked(self, revoked: set) -> None:
         pass
 
 
-def raw_read(settings: config.Settings, bootstrap: str, records: int) -> float:
-    """Seconds from partition assignment to the last record for a consumer that only reads.
+def raw_read(settings: config.Settings, bootstrap: str, records: int) -> tuple[float, float]:
+    """Seconds from partition assignment to the last record for a consumer that only reads, and the process CPU
+    seconds it spent meanwhile (kafka-python's I/O thread included).
 
     Same consumer settings as the pipeline's, and the same clock (the pipeline's ``active_s``
     also runs from assignment to its last batch landed).
@@ -128,8 +136,33 @@ def raw_read(settings: config.Settings, bootstrap: str, records: int) -> float:
             for r in recs:  # touch each value, as a reader would
                 len(r.value)
     elapsed = time.monotonic() - (listener.at or time.monotonic())
+    cpu = time.process_time() - listener.cpu_at
     c.close()
-    return elapsed
+    return elapsed, cpu
+
+
+def stage_cpu(records: int = 2000, repeat: int = 3) -> tuple[float, float]:
+    """Process CPU seconds per sample to decode (``land.prepare``) and to write (``land.write``) the bench's
+    records as the pipeline does with a backlog (batches of ``records``, ``consume.MERGE_BATCHES`` landed in one
+    transaction), in this thread, Polars' and DuckDB's own threads included; medians of ``repeat``."""
+    series = reference_series()
+    values = [encode_scrape(scrape(series, i % NODES, i, 1_767_225_600_000 + (i // NODES) * 15_000))
+              for i in range(records)]
+    decode, write = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        con = lake.connect(config.load(overrides={"data": tmp}, environ={}))
+        for r in range(repeat + 1):  # partitions of their own per round (none looks landed before); 0 warms up
+            parts = range(r * consume.MERGE_BATCHES, (r + 1) * consume.MERGE_BATCHES)
+            t0 = time.process_time()
+            preps = [land.prepare([("gangscope.metrics", p, i, v) for i, v in enumerate(values)]) for p in parts]
+            t1 = time.process_time()
+            stats = land.write(con, land.merge(preps))
+            t2 = time.process_time()
+            if r:
+                decode.append((t1 - t0) / stats.samples)
+                write.append((t2 - t1) / stats.samples)
+        con.close()
+    return median(decode), median(write)
 
 
 def _consume_batches(settings: config.Settings, bootstrap: str, records: int, listener: _Assigned,
@@ -295,12 +328,13 @@ def main() -> int:
             t = time.perf_counter()
             samples = publish(settings, broker.bootstrap, args.records)
             print(f"published {args.records} records, {samples} samples in {time.perf_counter() - t:.1f}s")
-            raws, landeds, peaks = [], [], []
+            raws, landeds, peaks, raw_cpus = [], [], [], []
             peers: dict[str, list[float]] = {"minimal": [], "dlt": []}
             # Interleaved, so a machine that gets busier or quieter during the run moves both alike.
             for run in range(args.repeat):
-                raw_s = raw_read(settings, broker.bootstrap, args.records)
+                raw_s, cpu_s = raw_read(settings, broker.bootstrap, args.records)
                 raws.append(samples / raw_s)
+                raw_cpus.append(cpu_s / samples)
                 s = config.load(overrides={"data": f"{tmp}/lake{run}", "kafka": {"bootstrap_servers": broker.bootstrap},
                                            "pipeline": dict(pipeline, group_id=f"bench-{run}")}, environ={})
                 reset_peak_rss()
@@ -326,6 +360,11 @@ def main() -> int:
                     r = median([b / a for a, b in zip(raws, rates, strict=False)])
                     print(f"case {PEERS[name]}: {median(rates):,.0f} samples/s, ratio {r:.2f}")
             dlt_ratio = median([a / b for a, b in zip(landeds, peers["dlt"], strict=False)]) if peers["dlt"] else None
+            c = median(raw_cpus)
+            d, w = stage_cpu()
+            cores = len(os.sched_getaffinity(0))
+            print(f"cpu: consume_us={c * 1e6:.3f} decode_us={d * 1e6:.3f} write_us={w * 1e6:.3f} per sample; "
+                  f"{cores} cores bound the ratio at {cores / (c + d + w) / raw:.2f}")
             print(f"ingest: landed={landed:.0f} raw={raw:.0f} ratio={ratio:.2f} rss_mb={rss_mb:.0f}"
                   + (f" dlt_ratio={dlt_ratio:.1f}" if dlt_ratio else ""))
     finally:
