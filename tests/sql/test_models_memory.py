@@ -50,6 +50,33 @@ def test_memory_limit_and_spill_directory_are_applied(tmp_path: Path) -> None:
         unbounded.close()
 
 
+def _file_cache_bytes(con: duckdb.DuckDBPyConnection) -> int:
+    return con.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() "
+                       "WHERE tag = 'EXTERNAL_FILE_CACHE'").fetchone()[0]
+
+
+def test_a_local_lakes_parquet_files_are_not_also_cached_in_duckdb_memory(tmp_path: Path) -> None:
+    """A connection kept for a service's life (the scheduled builds) must not fill memory_limit with copies of
+    files the OS caches already, many of them compacted away since."""
+    s = _settings(tmp_path / "data", "300MB")
+    con = lake.connect(s)
+    try:
+        con.execute("CREATE TABLE staging.t AS SELECT range AS i, random() AS x FROM range(200000)")
+        for _ in range(3):
+            con.execute("SELECT sum(x) FROM staging.t").fetchone()
+        assert con.execute("SELECT current_setting('enable_external_file_cache')").fetchone()[0] is False
+        assert _file_cache_bytes(con) == 0
+        con.execute("SET enable_external_file_cache = true")  # the control: DuckDB's default does cache them
+        con.execute("SELECT sum(x) FROM staging.t").fetchone()
+        assert _file_cache_bytes(con) > 0
+    finally:
+        con.close()
+    # On object storage the cache saves downloads: kept.
+    remote = config.load(overrides={"data": str(tmp_path / "data"), "lake_data_path": "s3://bucket/lake/"},
+                         environ={})
+    assert "enable_external_file_cache" not in lake.memory_config(remote)
+
+
 def test_bad_memory_limit_is_a_config_error() -> None:
     with pytest.raises(config.ConfigError, match="memory_limit"):
         config.load(environ={"GANGSCOPE_MEMORY_LIMIT": "lots"})
