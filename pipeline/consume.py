@@ -366,6 +366,32 @@ def _partitions(loop: _Loop, extra: set[tuple[str, int]], timeout_s: float = 30.
         time.sleep(0.1)
 
 
+def _joiner(loop: _Loop, until: dict[tuple[str, int], int] | None) -> Callable[[], None]:
+    """How the loop's consumer takes its partitions, now and whenever ``unstick`` replaces it."""
+    if until is not None:
+        # A bounded drain takes its partitions directly instead of joining the group: a group join
+        # right after another member left waits for that member's session to expire (the embedded
+        # broker keeps leavers until then) and a rebalance can stall it. Landing stays exactly once
+        # without the group: every transaction skips what the lake already stores.
+        parts = _partitions(loop, set(until))
+
+        def assign() -> None:
+            loop.consumer.assign(sorted(parts))
+            loop.assign(parts)
+
+        return assign
+
+    def subscribe() -> None:
+        # Join only once the metadata lists every topic: a leader that assigns before it knows a topic gives
+        # nobody its partitions, and kafka-python 3.0 did not always rejoin when the metadata came (on Apache
+        # Kafka under load, a member stayed without partitions for over a minute; a replacement consumer, new
+        # and without metadata, was assigned nothing).
+        _partitions(loop, set())
+        loop.consumer.subscribe(loop.topics, listener=_Rebalance(loop))
+
+    return subscribe
+
+
 def end_offsets(settings: Settings, bootstrap: str, parts: set[TopicPartition],
                 timeout_s: float = 30.0) -> dict[tuple[str, int], int]:
     """The next offset of every partition now, from a fetch's high watermark.
@@ -408,26 +434,8 @@ def run(settings: Settings, bootstrap: str, *, once: bool = False,
             goal = end_offsets(settings, bootstrap, _partitions(loop, set()))
             for tp, off in (until or {}).items():
                 goal[tp] = max(goal.get(tp, 0), off)
-        if until is not None:
-            # A bounded drain takes its partitions directly instead of joining the group: a group join
-            # right after another member left waits for that member's session to expire (the embedded
-            # broker keeps leavers until then) and a rebalance can stall it. Landing stays exactly once
-            # without the group: every transaction skips what the lake already stores.
-            parts = _partitions(loop, set(until))
-
-            def join() -> None:
-                loop.consumer.assign(sorted(parts))
-                loop.assign(parts)
-        else:
-            # Join only once the metadata lists every topic: a leader that assigns before it knows a topic gives
-            # nobody its partitions, and kafka-python 3.0 did not always rejoin when the metadata came (on
-            # Apache Kafka under load, a member stayed without partitions for over a minute).
-            _partitions(loop, set())
-
-            def join() -> None:
-                loop.consumer.subscribe(loop.topics, listener=_Rebalance(loop))
-        loop.join = join
-        join()
+        loop.join = _joiner(loop, until)
+        loop.join()
     except BaseException:
         loop.close()
         raise
