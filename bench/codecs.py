@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from ingest import NODES, reference_series, scrape  # noqa: E402
+from ingest import scrapes  # noqa: E402
 from kafka.record import util as record_util  # noqa: E402
 from kafka.record.default_records import DefaultRecordBatch  # noqa: E402
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder  # noqa: E402
@@ -33,11 +33,9 @@ BATCH = 1 << 20  # the producer's batch_size (gangscope/transport/kafka.py)
 def records(n: int, noisy: bool) -> list[tuple[bytes, bytes]]:
     """bench/ingest.py's scrapes; ``noisy``: every value random with 3 decimals (bench/ingest.py's values
     cycle through 100 steps, which compresses far better than real gauges and counters do)."""
-    series = reference_series()
     rng = random.Random(7)
     out = []
-    for i in range(n):
-        b = scrape(series, i % NODES, i, 1_767_225_600_000 + (i // NODES) * 15_000)
+    for b in scrapes(n):
         if noisy:
             b.sample_value[:] = [round(rng.uniform(0, 400), 3) for _ in b.sample_value]
         out.append((b.key(), b.to_bytes()))

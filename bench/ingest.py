@@ -92,13 +92,17 @@ def scrape(series: list[tuple[str, dict[str, str]]], node: int, i: int, t_ms: in
     return b
 
 
-def publish(settings: config.Settings, bootstrap: str, records: int) -> int:
+def scrapes(records: int) -> Iterator[ScrapeBatch]:
+    """The bench's records: NODES nodes scraped in turn, a round every 15 s (bench/codecs.py reads them too)."""
     series = reference_series()
-    t0 = 1_767_225_600_000
+    for i in range(records):
+        yield scrape(series, i % NODES, i, 1_767_225_600_000 + (i // NODES) * 15_000)
+
+
+def publish(settings: config.Settings, bootstrap: str, records: int) -> int:
     samples = 0
     with Publisher(settings, bootstrap, max_buffered=records + 1) as pub:
-        for i in range(records):
-            b = scrape(series, i % NODES, i, t0 + (i // NODES) * 15_000)
+        for b in scrapes(records):
             samples += len(b.sample_series)
             pub.publish(b)
         assert pub.flush(600), "publish did not finish"
@@ -145,9 +149,7 @@ def stage_cpu(records: int = 2000, repeat: int = 3) -> tuple[float, float]:
     """Process CPU seconds per sample to decode (``land.prepare``) and to write (``land.write``) the bench's
     records as the pipeline does with a backlog (batches of ``records``, ``consume.MERGE_BATCHES`` landed in one
     transaction), in this thread, Polars' and DuckDB's own threads included; medians of ``repeat``."""
-    series = reference_series()
-    values = [encode_scrape(scrape(series, i % NODES, i, 1_767_225_600_000 + (i // NODES) * 15_000))
-              for i in range(records)]
+    values = [encode_scrape(b) for b in scrapes(records)]
     decode, write = [], []
     with tempfile.TemporaryDirectory() as tmp:
         con = lake.connect(config.load(overrides={"data": tmp}, environ={}))
