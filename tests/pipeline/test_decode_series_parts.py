@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from gangscope.records import ScrapeBatch
 from pipeline import decode
+from tests.pipeline.test_decode_readers import _same
 
 DAY_MS = 86_400_000
 # Broken records, each refused with its own reason, in the middle of well-formed ones.
@@ -27,14 +28,6 @@ def _whole(monkeypatch: pytest.MonkeyPatch, values: list[bytes]) -> decode.Decod
     with monkeypatch.context() as m:
         m.setattr(decode, "_cut_heads", lambda values: None)
         return decode.decode_scrapes(values)
-
-
-def _same(a: decode.Decoded, b: decode.Decoded) -> None:
-    assert a.dead == b.dead
-    assert a.rows.equals(b.rows, null_equal=True)
-    assert a.scrapes is not None and b.scrapes is not None and a.scrapes.equals(b.scrapes, null_equal=True)
-    assert a.series is not None and b.series is not None
-    assert a.series.sort("series").equals(b.series.sort("series"), null_equal=True)
 
 
 def _cuts(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
