@@ -126,9 +126,9 @@ def _cut_heads(values: list[bytes]) -> tuple[bytes, list[int], int] | None:
         if a < 0 or b < a or _HEAD_KEY.search(v, 0, a) or _HEAD_KEY.search(v, b + 1):
             return None
         h = heads.setdefault(v[a + 1:b + 1], len(heads))
-        view = memoryview(v)
         if len(heads) > most:
             return None
+        view = memoryview(v)
         parts += (view[:a], b',"_h":%d' % h, view[b + 1:], b"\n")
         hids.append(h)
     for head in heads:

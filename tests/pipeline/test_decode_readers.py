@@ -43,9 +43,9 @@ def test_duckdb_reads_scrape_batches_and_they_decode_as_with_polars(monkeypatch,
     values = _values() + ([b'{"v":2,"kind":"scrape",'] if malformed else [])
     read, outcomes = decode._read_duckdb, []
 
-    def spy(buf: bytes) -> object:
+    def spy(buf: bytes, *columns: object) -> object:
         try:
-            df = read(buf)
+            df = read(buf, *columns)
         except Exception as e:
             outcomes.append(type(e).__name__)
             raise
@@ -56,7 +56,7 @@ def test_duckdb_reads_scrape_batches_and_they_decode_as_with_polars(monkeypatch,
     fast = decode.decode_scrapes(values)
     # DuckDB read the batch, or refused it whole (then records are checked one by one, with Polars)
     assert outcomes == (["InvalidInputException"] if malformed else ["read"])
-    monkeypatch.setattr(decode, "_read_duckdb", lambda buf: None)
+    monkeypatch.setattr(decode, "_read_duckdb", lambda buf, *columns: None)
     _same(fast, decode.decode_scrapes(values))
     assert fast.rows.height == 6 * 4 + 5 and fast.rows["value"].is_nan().sum() == 1
     assert sorted(i for i, _ in fast.dead) == ([8, 9] if malformed else [8])
