@@ -331,9 +331,9 @@ def _head_facts(heads: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _series_of_heads(heads: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For well-formed series parts: the first flat series of each, and each flat series' index into the flat
-    names and the flat label sets (series after series, part after part)."""
+def _series_of_heads(heads: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For well-formed series parts: the series in each and the first flat series of each, and each flat series'
+    index into the flat names and the flat label sets (series after series, part after part)."""
     nm = heads["mc"].list.sum().to_numpy()
     counts = heads["mc"].explode().to_numpy()
     name = np.repeat(np.arange(len(counts)), counts)
@@ -343,7 +343,7 @@ def _series_of_heads(heads: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
     first = (runs["_sets0"] + runs["_lf"]).to_numpy()
     length = runs["_lc"].to_numpy()
     label_set = np.repeat(first - (np.cumsum(length) - length), length) + np.arange(length.sum())
-    return np.cumsum(nm) - nm, name, label_set
+    return nm, np.cumsum(nm) - nm, name, label_set
 
 
 def decode_scrapes(values: list[bytes]) -> Decoded:
@@ -435,7 +435,7 @@ def _series(withs: pl.DataFrame, heads: pl.DataFrame, series: np.ndarray | None,
     used = withs["_h"].unique().sort().to_numpy()
     parts = heads[used]  # the series parts of landed samples (others may be malformed)
     part = np.searchsorted(used, withs["_h"].to_numpy())  # each record's
-    series0, name, label_set = _series_of_heads(parts)
+    nm, series0, name, label_set = _series_of_heads(parts)
     target = target_hashes(withs)
     key = pl.DataFrame({"t": target, "p": part}).select(pl.struct("t", "p").rank("dense")).to_series()
     key = key.cast(pl.Int64).to_numpy() - 1  # each record's (target, part)
@@ -446,11 +446,10 @@ def _series(withs: pl.DataFrame, heads: pl.DataFrame, series: np.ndarray | None,
     by_record = bool((first == last).all())
     combos, combo = np.unique(key * span + (first - d0) if by_record else np.repeat(key, ns) * span + (day - d0),
                               return_inverse=True)
-    first_rec = np.zeros(key.max() + 1, dtype=np.int64)
-    first_rec[key[::-1]] = np.arange(len(key))[::-1]  # a record of each (target, part)
+    first_rec = np.unique(key, return_index=True)[1]  # the first record of each (target, part)
     c_rec, c_day = first_rec[combos // span], combos % span + d0
     c_part = part[c_rec]
-    lengths = parts["mc"].list.sum().to_numpy()[c_part]
+    lengths = nm[c_part]
     start = np.cumsum(lengths) - lengths  # each combination's first row in the table
     row_combo = np.repeat(np.arange(len(combos)), lengths)
     flat = np.repeat(series0[c_part] - start, lengths) + np.arange(lengths.sum())  # each row's flat series
