@@ -21,6 +21,9 @@ the ratio.
 The default backlog (24000 scrapes, 4.8 M samples, ~1 s of raw reading) is long enough that the
 pipeline's fill and drain (first batch decoded before anything is written, last batch written after
 everything is read; ~0.3 s together) do not decide the ratio.
+``--free-decode`` also runs, after each pipeline run, (c) the pipeline with decoding replaced by frames cut from
+one real decode (right row counts, not the batch's own values): the ratio a decoder costing nothing would reach;
+and (d) with nothing decoded and only the offsets written: the ratio of the consume loop and its commits alone.
 """
 
 from __future__ import annotations
@@ -284,6 +287,29 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+@contextlib.contextmanager
+def decoding_free(records: int, rows: bool = True) -> Iterator[None]:
+    """``land``'s decoder replaced by slices of one real decode of ``records`` bench scrapes: what the pipeline lands
+    if decoding cost nothing. Slicing is zero-copy; the rest (fetch, offsets, writing, commits) is the real one.
+    Without ``rows``, no rows at all: each transaction writes only its offsets."""
+    values = [encode_scrape(b) for b in scrapes(records)]
+    frames, _ = land._decode([("gangscope.metrics", 0, i, v) for i, v in enumerate(values)])
+    per_record = {t: frames[t].height // records for t in ("metric_points", "scrapes")}
+    real = land._decode
+
+    def sliced(fresh: list[land.Record]) -> tuple[dict[str, pl.DataFrame], list]:
+        assert len(fresh) <= records, f"a batch of {len(fresh)} records, more than the {records} prepared"
+        if not rows:
+            return {}, []
+        return {t: f.head(per_record[t] * len(fresh)) if t in per_record else f for t, f in frames.items()}, []
+
+    land._decode = sliced
+    try:
+        yield
+    finally:
+        land._decode = real
+
+
 def start_broker(name: str) -> EmbeddedBroker | kafka_server.KafkaServer:
     """The embedded broker, or Apache Kafka as tests/servers/kafka.py starts it (jars from .ci/run's cache)."""
     return EmbeddedBroker().start() if name == "tansu" else kafka_server.start()
@@ -314,6 +340,8 @@ def main() -> int:
     ap.add_argument("--broker", choices=("tansu", "kafka", "both"), default="both",
                     help="embedded Tansu, Apache Kafka, or both one after the other (default)")
     ap.add_argument("--no-peers", action="store_true", help="skip the hand-written lander and dlt")
+    ap.add_argument("--free-decode", action="store_true",
+                    help="also run the pipeline with decoding made free, and with only offsets written (bounds)")
     args = ap.parse_args()
     if args.broker == "both":
         return each_broker([a for a in sys.argv[1:] if a not in ("--broker", "both")])
@@ -331,6 +359,8 @@ def main() -> int:
             samples = publish(settings, broker.bootstrap, args.records)
             print(f"published {args.records} records, {samples} samples in {time.perf_counter() - t:.1f}s")
             raws, landeds, peaks, raw_cpus = [], [], [], []
+            cases = (("decoding free", "c", True), ("only offsets written", "d", False)) if args.free_decode else ()
+            bounds: dict[str, list[float]] = {case: [] for case, _, _ in cases}
             peers: dict[str, list[float]] = {"minimal": [], "dlt": []}
             # Interleaved, so a machine that gets busier or quieter during the run moves both alike.
             for run in range(args.repeat):
@@ -348,6 +378,16 @@ def main() -> int:
                       f"{stats.active_s:.2f}s in {stats.batches} batches, {landeds[-1]:,.0f} samples/s "
                       f"(decoder thread: {stats.decode_s:.2f}s, writer thread: {stats.write_s:.2f}s); "
                       f"b/a {landeds[-1] / raws[-1]:.2f}")
+                for case, letter, rows in cases:
+                    free = {"data": f"{tmp}/{letter}{run}", "pipeline": dict(pipeline, group_id=f"{letter}-{run}"),
+                            "kafka": {"bootstrap_servers": broker.bootstrap}}
+                    s = config.load(overrides=free, environ={})
+                    with decoding_free(2 * s.pipeline.batch_records, rows):  # a batch is at most a poll past its size
+                        stats = consume.run(s, broker.bootstrap, once=True)
+                    assert stats.records == args.records and stats.samples == (samples if rows else 0), stats
+                    bounds[case].append(samples / stats.active_s)
+                    print(f"run {run + 1}: ({letter}) pipeline, {case} {stats.active_s:.2f}s, "
+                          f"{bounds[case][-1]:,.0f} samples/s; {letter}/a {bounds[case][-1] / raws[-1]:.2f}")
                 if not args.no_peers:
                     run_peers(settings, broker.bootstrap, args.records, samples, Path(tmp) / f"peers{run}", peers)
             raw, landed = median(raws), median(landeds)
@@ -357,6 +397,10 @@ def main() -> int:
             print(f"medians of {args.repeat}: raw {raw:,.0f} samples/s, landed {landed:,.0f} samples/s")
             print(f"case raw consume (no decoding): {raw:,.0f} samples/s, ratio 1")
             print(f"case gangscope pipeline (exactly once, dead letters): {landed:,.0f} samples/s, ratio {ratio:.2f}")
+            for case, rates in bounds.items():
+                if rates:
+                    r = median([b / a for a, b in zip(raws, rates, strict=True)])
+                    print(f"case gangscope pipeline, {case} (a bound): {median(rates):,.0f} samples/s, ratio {r:.2f}")
             for name, rates in peers.items():
                 if rates:
                     r = median([b / a for a, b in zip(raws, rates, strict=False)])

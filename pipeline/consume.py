@@ -105,6 +105,7 @@ class _Lander:
         self.done: queue.Queue[LandStats] = queue.Queue()
         self.error: BaseException | None = None
         self.pending = 0  # batches handed over and not yet reported back
+        self.landed_at: float | None = None  # time.monotonic() when the writer last committed
         self.threads = [threading.Thread(target=self._decode, name=f"gangscope-decoder-{i}", daemon=True)
                         for i in range(decoders)]
         self.threads.append(threading.Thread(target=self._write, name="gangscope-lander", daemon=True))
@@ -151,6 +152,7 @@ class _Lander:
             try:
                 if self.error is None:
                     results = split(write(self.con, merge(preps), self.ids), preps)
+                    self.landed_at = time.monotonic()
             except BaseException as e:  # reported on the consuming thread
                 self.error = e
             with self.cond:
@@ -293,8 +295,9 @@ class _Loop:
             self.stats.add(st)
             self.stats.batches += 1
             self.to_commit.update(st.next_offsets)
-            if self.first_assigned_at is not None:
-                self.stats.active_s = time.monotonic() - self.first_assigned_at
+            if self.first_assigned_at is not None and self.lander.landed_at is not None:
+                # The writer's clock: the main thread may collect a batch up to a poll's timeout after it landed.
+                self.stats.active_s = self.lander.landed_at - self.first_assigned_at
 
     def commit(self) -> None:
         """Commit landed offsets to Kafka: advisory only (lag monitoring); the lake holds the truth."""
