@@ -25,9 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gangscope import config  # noqa: E402
 from gangscope.app.demo import DEMO_INTERVAL, play_live, verdict_s  # noqa: E402
-
-CLASSES = ("gpu_fault", "interconnect_degradation", "preemption", "admission_quota", "admission_topology",
-           "gang_assembly", "topology_misplacement", "unexplained_slowdown")
+from gangscope.rootcauses import FAULTS as CLASSES  # noqa: E402
 
 
 def measure(scenario: str, speed: float, build_s: float, work: Path) -> dict[tuple[str, str, str], float]:

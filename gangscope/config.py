@@ -107,6 +107,15 @@ class Thresholds:
     # A bandwidth drop counts only if the node's traffic fell below this share of the job's own throughput
     # ratio (traffic that shrinks exactly as much as the work is a symptom of the slowdown, not its cause).
     bandwidth_vs_throughput: float = 0.75
+    # Issue 31 (CONTRACT section 4): throughput under pause_ratio x baseline is a pause (checkpoint, evaluation),
+    # normal while shorter than stall_s; containers of a bound pod not started after startup_timeout_s are a
+    # start-up failure; a GPU whose SM clock runs below throttle_clock_ratio x the median of the job's other
+    # GPUs is throttled; a node NotReady for node_lost_s under a job's pods has lost them.
+    pause_ratio: float = 0.05
+    stall_s: float = 300.0
+    startup_timeout_s: float = 600.0
+    throttle_clock_ratio: float = 0.85
+    node_lost_s: float = 300.0
 
 
 @dataclass

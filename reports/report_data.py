@@ -14,6 +14,7 @@ from typing import Any
 
 import duckdb
 
+from gangscope.rootcauses import ROOT_CAUSES as CLASSES
 from reports import fleet as fleet_view
 from reports import localtime
 from reports.jobchart import JobChart, job_chart
@@ -22,17 +23,20 @@ from reports.nextsteps import Explained, explain
 
 log = logging.getLogger(__name__)
 
-CLASSES = ("gpu_fault", "interconnect_degradation", "preemption", "admission_quota", "admission_topology",
-           "gang_assembly", "topology_misplacement", "unexplained_slowdown", "healthy")
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 # Okabe-Ito colours per class (colour-blind safe); the bar labels carry the class name as well.
 CLASS_COLOURS = {"gpu_fault": "#D55E00", "interconnect_degradation": "#E69F00", "preemption": "#CC79A7",
                  "admission_quota": "#0072B2", "admission_topology": "#56B4E9", "gang_assembly": "#009E73",
-                 "topology_misplacement": "#F0E442", "unexplained_slowdown": "#999999", "healthy": "#000000"}
+                 "topology_misplacement": "#F0E442", "unexplained_slowdown": "#999999", "healthy": "#000000",
+                 # Paul Tol's muted scheme for the classes of issue 31 (Okabe-Ito has no more).
+                 "node_failure": "#882255", "gpu_throttle": "#999933", "startup_failure": "#332288",
+                 "workload_crash": "#CC6677", "training_stalled": "#44AA99"}
 # Which layer of the check a class points at.
 CAUSE_LAYER = {"admission_quota": "queue", "admission_topology": "topology", "preemption": "queue",
                "gang_assembly": "gang", "topology_misplacement": "topology", "gpu_fault": "throughput",
-               "interconnect_degradation": "throughput", "unexplained_slowdown": "throughput"}
+               "interconnect_degradation": "throughput", "unexplained_slowdown": "throughput",
+               "node_failure": "throughput", "gpu_throttle": "throughput", "startup_failure": "gang",
+               "workload_crash": "throughput", "training_stalled": "throughput"}
 LAYERS = ("queue", "topology", "gang", "throughput")
 # Per layer: the model table whose row for the job is shown (identity columns left out).
 LAYER_TABLES = {"queue": ("intermediate", "int_admission"), "topology": ("intermediate", "int_placement"),

@@ -25,8 +25,6 @@ from collectors.simulate.cluster import (
 from collectors.simulate.objects import workload_name
 
 MIN = 60.0
-CLASSES = ("gpu_fault", "interconnect_degradation", "preemption", "admission_quota", "admission_topology",
-           "gang_assembly", "topology_misplacement", "unexplained_slowdown", "healthy")
 NAMESPACES = ("ml-research", "team-b", "team-c", "ml-platform")
 
 

@@ -15,16 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from gangscope.config import Settings
+from gangscope.rootcauses import DIP_CLASSES, FAULTS, WAITING_CLASSES
 
 DEMO_NODES = 16
 DEMO_HOURS = 1.0
 DEMO_INTERVAL = 30.0  # dcgm-exporter's default collect interval: halves the demo's replay volume
 LIVE_SPEED = 20.0  # the simulated hour in 3 minutes
 COMPACTION_S = 600.0  # gangscope's default schedule.compaction period (simulated seconds in the live demo)
-# Classes that hold only after a wait ("not admitted for 10 min"): their verdict counts from when it held.
-WAITING_CLASSES = ("admission_quota", "admission_topology", "gang_assembly")
-# Classes of a throughput dip ("below baseline for >= 3 samples"): from the sample that made it 3.
-DIP_CLASSES = ("interconnect_degradation", "topology_misplacement", "unexplained_slowdown")
 
 
 def register(groups, common) -> None:
@@ -123,17 +120,13 @@ def _summary(settings: Settings, truth: dict[str, Any], out: Path, t0: float) ->
     return 0
 
 
-PRECEDENCE = ("gpu_fault", "interconnect_degradation", "preemption", "admission_quota", "admission_topology",
-              "gang_assembly", "topology_misplacement", "unexplained_slowdown")
-
-
 def _score(rows: list[dict[str, Any]], truth: dict[str, Any]) -> str:
     """How many injected incidents the diagnosis named correctly (primary class per job, latest run)."""
     found: dict[tuple[str, str], str] = {}
     for r in rows:
         key = (r["namespace"], r["job"])
         cls = r["root_cause"]
-        if cls in PRECEDENCE and (key not in found or PRECEDENCE.index(cls) < PRECEDENCE.index(found[key])):
+        if cls in FAULTS and (key not in found or FAULTS.index(cls) < FAULTS.index(found[key])):
             found[key] = cls
     latest: dict[tuple[str, str], str] = {}
     for j in truth["jobs"]:

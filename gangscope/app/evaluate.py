@@ -22,9 +22,7 @@ from typing import Any
 
 from gangscope import config
 from gangscope.errors import UserError
-
-CLASSES = ("gpu_fault", "interconnect_degradation", "preemption", "admission_quota", "admission_topology",
-           "gang_assembly", "topology_misplacement", "unexplained_slowdown", "healthy")
+from gangscope.rootcauses import ROOT_CAUSES as CLASSES
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,7 @@
 -- column: first_seen: observation range
 -- column: last_seen: observation range
 WITH ranked AS (
-    SELECT f.*, list_position(['gpu_fault', 'interconnect_degradation', 'preemption', 'admission_quota',
-                               'admission_topology', 'gang_assembly', 'topology_misplacement',
-                               'unexplained_slowdown', 'healthy'], f.root_cause) AS precedence
+    SELECT f.*, list_position(getvariable('root_causes'), f.root_cause) AS precedence
     FROM marts.findings f
 ),
 primary_f AS (

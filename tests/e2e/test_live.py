@@ -18,6 +18,7 @@ from kafka import TopicPartition
 
 from collectors.simulate.sandbox import Sandbox
 from gangscope import config
+from gangscope.rootcauses import FAULTS
 from gangscope.transport import kafka as pkafka
 from pipeline import lake
 from pipeline.land import stored_offsets
@@ -25,8 +26,7 @@ from reports.diagnose import findings
 from reports.lifecycle import STATE_FILE
 
 SPEED = 20.0
-PRECEDENCE = ("gpu_fault", "interconnect_degradation", "preemption", "admission_quota", "admission_topology",
-              "gang_assembly", "topology_misplacement", "unexplained_slowdown")
+PRECEDENCE = FAULTS
 
 
 def _run_env(sandbox_config: Path, data: Path, bootstrap: str, prefix: str, alertmanager_url: str) -> dict[str, str]:

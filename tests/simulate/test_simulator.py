@@ -13,9 +13,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.simulate import generate
-from collectors.simulate.scenarios import CLASSES, SCENARIOS
+from collectors.simulate.scenarios import SCENARIOS
 from gangscope.app.cli import main
 from gangscope.records import WATCH_TYPES, parse_rfc3339
+from gangscope.rootcauses import ROOT_CAUSES as CLASSES
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+) (\d{13})$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gangscope.app import cli
+from gangscope.rootcauses import ROOT_CAUSES
 
 
 def test_simulated_scenario_end_to_end(settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -21,8 +22,7 @@ def test_simulated_scenario_end_to_end(settings, tmp_path: Path, capsys: pytest.
     capsys.readouterr()
     assert cli.main(["diagnose", "--all", "--format", "json", "--data", str(settings.data)]) == 0
     rows = json.loads(capsys.readouterr().out)
-    order = ["gpu_fault", "interconnect_degradation", "preemption", "admission_quota", "admission_topology",
-             "gang_assembly", "topology_misplacement", "unexplained_slowdown", "healthy"]
+    order = list(ROOT_CAUSES)
     primary: dict[tuple[str, str], str] = {}
     for r in rows:
         key = (r["namespace"], r["job"])
