@@ -61,6 +61,9 @@ SLOTS: tuple[Slot, ...] = (
     Slot("pods", "Pod", "pods", (("", ("v1",)),)),
     Slot("nodes", "Node", "nodes", (("", ("v1",)),)),
     Slot("events", "Event", "events", (("", ("v1",)), ("events.k8s.io", ("v1",)))),
+    # Jobs and JobSets for their failure conditions and restarts (workload_crash, startup_failure).
+    Slot("jobs.batch", "Job", "jobs", (("batch", ("v1",)),)),
+    Slot("jobsets.jobset.x-k8s.io", "JobSet", "jobsets", (("jobset.x-k8s.io", ("v1alpha2",)),)),
     Slot("workloads.kueue.x-k8s.io", "Workload", "workloads", _KUEUE),
     Slot("clusterqueues.kueue.x-k8s.io", "ClusterQueue", "clusterqueues", _KUEUE),
     Slot("localqueues.kueue.x-k8s.io", "LocalQueue", "localqueues", _KUEUE),

@@ -22,6 +22,17 @@ def test_prefers_newest_served_versions(api, reference):
         "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ns1/podgroups"
     assert chosen["nodes"].path("ns1") == "/api/v1/nodes"  # cluster-scoped ignores the namespace
     assert chosen["events"].api_version == "v1"
+    assert chosen["jobs.batch"] is None  # not populated here: skipped, not an error
+
+
+def test_jobs_and_jobsets_are_watched_for_their_failures(api):
+    api.serve("batch", "v1", "jobs", "Job")
+    api.serve("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+    chosen = resolve(list(SLOTS), served_resources(Client(api.url)))
+    assert chosen["jobs.batch"].path("ml") == "/apis/batch/v1/namespaces/ml/jobs"
+    assert (chosen["jobsets.jobset.x-k8s.io"].api_version, chosen["jobsets.jobset.x-k8s.io"].kind) == \
+        ("jobset.x-k8s.io/v1alpha2", "JobSet")
+    assert [s.name for s in selected_slots(["Job"])] == ["jobs.batch"]
 
 
 def test_kubernetes_1_37_native_versions_and_composite_pod_groups(api):
