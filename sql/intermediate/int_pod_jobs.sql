@@ -25,6 +25,12 @@
 -- column: unscheduled_message: from staging.stg_pods
 -- column: disruption_at: from staging.stg_pods
 -- column: scheduling_gates: from staging.stg_pods
+-- column: disruption_message: from staging.stg_pods
+-- column: status_reason: from staging.stg_pods
+-- column: status_message: from staging.stg_pods
+-- column: deletion_requested_at: from staging.stg_pods
+-- column: restart_policy: from staging.stg_pods
+-- column: completion_index: from staging.stg_pods
 WITH wl_by_owner AS (
     SELECT * FROM staging.stg_workloads
     WHERE owner_name IS NOT NULL
@@ -86,5 +92,6 @@ SELECT
     CASE WHEN pod_group_system IS NULL AND native_workload IS NOT NULL THEN 'native' ELSE pod_group_system END
         AS pod_group_system,
     node, phase, deleted, created_at, first_seen_at, bound_at, bound_before_capture, first_running_at,
-    running_before_capture, last_seen_at, gpus, disruption_reason, unscheduled_message, disruption_at, scheduling_gates
+    running_before_capture, last_seen_at, gpus, disruption_reason, unscheduled_message, disruption_at, scheduling_gates,
+    disruption_message, status_reason, status_message, deletion_requested_at, restart_policy, completion_index
 FROM joined

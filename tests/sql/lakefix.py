@@ -66,7 +66,7 @@ class Raw:
             con.execute(f"INSERT INTO raw.k8s_objects SELECT {select} FROM _rows")
             con.unregister("_rows")
         if self.samples:
-            insert_samples(con, pl.DataFrame(self.samples, orient="row", schema=[
+            insert_samples(con, pl.DataFrame(self.samples, orient="row", infer_schema_length=None, schema=[
                 "cluster", "ts", "metric", "labels", "value", "node", "target", "job", "instance"]))
         self.k8s, self.samples = [], []
 
