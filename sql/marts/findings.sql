@@ -473,10 +473,20 @@ slow_f AS (
                   TRY_CAST(round(100 * min_ratio) AS INTEGER), samples) AS summary
     FROM quiet_dips WHERE NOT misplaced
 ),
+gang_kept AS (
+    -- A member replaced after its node was lost leaves the gang incomplete: the lost node's incident, not a gang
+    -- that fails to assemble.
+    SELECT g.* FROM gang_f g
+    WHERE NOT EXISTS (SELECT 1 FROM node_f n
+                      WHERE n.cluster = g.cluster AND n.namespace = g.namespace AND n.job = g.job
+                        AND n.started_at <= coalesce(TRY_CAST(g.evidence->>'$.assembled_at' AS TIMESTAMPTZ),
+                                                     'infinity'::TIMESTAMPTZ)
+                        AND n.started_at >= TRY_CAST(g.evidence->>'$.assembly_started_at' AS TIMESTAMPTZ))
+),
 incidents AS (
     SELECT * FROM gpu_f UNION ALL BY NAME SELECT * FROM node_f UNION ALL BY NAME SELECT * FROM ic_f
     UNION ALL BY NAME SELECT * FROM thr_f UNION ALL BY NAME SELECT * FROM pre_f
-    UNION ALL BY NAME SELECT * FROM adm_f UNION ALL BY NAME SELECT * FROM gang_f
+    UNION ALL BY NAME SELECT * FROM adm_f UNION ALL BY NAME SELECT * FROM gang_kept
     UNION ALL BY NAME SELECT * FROM su_f UNION ALL BY NAME SELECT * FROM crash_kept
     UNION ALL BY NAME SELECT * FROM mis_f UNION ALL BY NAME SELECT * FROM stall_f
     UNION ALL BY NAME SELECT * FROM slow_f

@@ -442,6 +442,11 @@ def test_one_incident_one_finding(built) -> None:
     assert not [k for k in rows if k[0] == "checkpointer" and k[1] != "healthy"]
     assert not [k for k in rows if k[0] in ("hung", "vanished") and k[1] in ("unexplained_slowdown",)]
     assert con.execute("SELECT count(*) FROM marts.findings WHERE list_contains(nodes, 'f20')").fetchone()[0] == 0
+    # a member replaced after its node was lost: the node's incident, not a gang that fails to assemble
+    assert ("node-lost", "gang_assembly") not in rows and ("drained", "gang_assembly") not in rows
+    # every finding but the primary is a separate incident: none of these jobs has a second one
+    extra = [k for k in rows if k[1] not in (EXPECTED[k[0]], "healthy")]
+    assert extra == [], extra
 
 
 def test_image_that_never_pulls(built) -> None:
@@ -582,3 +587,25 @@ def test_healthy_says_whether_progress_is_seen(built) -> None:
     rows = _rows(con)
     assert rows[("checkpointer", "healthy")]["evidence"]["throughput_reported"] is True
     assert rows[("cordon-ok", "healthy")]["evidence"]["throughput_reported"] is False
+
+
+@pytest.mark.parametrize("job,cause,names", [
+    ("img-pull", "startup_failure", ["registry.example.com/ml/trainer:v2.3.1", "imagePullSecrets",
+                                     "kubectl describe pod -n field img-pull-0-x7k2p"]),
+    ("cfg-err", "startup_failure", ['secret "wandb-api-key" not found', "Create the missing Secret"]),
+    ("oom-loop", "workload_crash", ["Raise the memory limit of oom-loop-1-x7k2p",
+                                    "kubectl logs -n field oom-loop-1-x7k2p -c trainer --previous"]),
+    ("node-lost", "node_failure", ["f14", "kubectl describe node f14", "DeletionByTaintManager"]),
+    ("drained", "node_failure", ["kubectl uncordon f17", "PodDisruptionBudget"]),
+    ("gpu-sick", "node_failure", ["7 of 8 GPUs", "kubectl drain f19"]),
+    ("throttled", "gpu_throttle", ["GPU 3 (GPU-f22-3) on f22", "1,410 MHz", "nvidia-smi -q -d PERFORMANCE"]),
+    ("hung", "training_stalled", ["py-spy dump", "100 % busy", "grep -iE 'nccl|watchdog|timeout'"]),
+])
+def test_next_steps_name_the_objects(built, job: str, cause: str, names: list[str]) -> None:
+    from reports import nextsteps
+
+    _, con = built
+    out = nextsteps.explain(_rows(con)[(job, cause)])
+    text = " ".join(out.sentences) + " " + " ".join(f"{s.action} {s.check} {s.act}" for s in out.steps)
+    for name in names:
+        assert name in text, (name, text)
