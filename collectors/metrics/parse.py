@@ -497,7 +497,12 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
     errors, types = out.errors, out.types
     name_ok = _NAME_OK.fullmatch
     names_ok: set[str] = set()  # names seen valid in this text (each metric repeats per series)
-    bad_utf8 = _bad_utf8_lines(text, first_line) if not text.isascii() and _SURROGATE.search(text) else None
+    bad_utf8 = None
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:  # bytes that were not UTF-8, kept as surrogates by the caller's decode
+            bad_utf8 = _bad_utf8_lines(text, first_line)
     checked = False  # a # TYPE made some family need the typed checks (text: histograms and summaries)
     helps: set[str] = set()
     units: set[str] = set()
@@ -537,10 +542,18 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
             try:
                 if om and raw != line and raw.rstrip(" ") != raw.rstrip():
                     raise ParseError("leading or trailing whitespace")
-                meta = _meta(raw if om else line, om)
-                if meta is None:
-                    continue
-                kw, name, rest = meta
+                parts = line.split(None, 3)
+                if not om and len(parts) > 2 and parts[0] == "#" and parts[2] in names_ok:
+                    if parts[1] not in ("HELP", "TYPE"):
+                        continue
+                    kw, name, rest = parts[1], parts[2], parts[3] if len(parts) > 3 else ""  # the common case
+                else:
+                    meta = _meta(raw if om else line, om)
+                    if meta is None:
+                        continue
+                    kw, name, rest = meta
+                    if not om and _NAME_OK.fullmatch(name):
+                        names_ok.add(name)
                 if one_exposition:
                     if om and (name in sampled or any(name + s in sampled for s in _SUFFIXES)):
                         raise ParseError(f"# {kw} {_q(name)} after its samples")

@@ -76,7 +76,8 @@ def decode_body(body: bytes) -> str:
 def parse_scrape(text: str, fmt: str, *, cluster: str, target: str, job: str, instance: str, scraped_at_ms: int,
                  fetch_s: float, labels: dict[str, str]) -> ScrapeBatch:
     """One fetched body as a ScrapeBatch: the samples of its good lines, ``error`` naming the broken ones
-    (``up`` stays true); none and ``up=False`` for OpenMetrics without ``# EOF`` (the body may be cut)."""
+    (``up`` stays true); none and ``up=False`` for OpenMetrics without ``# EOF`` (the body may be cut) or a
+    body without one good line (an HTML page sent as text/plain)."""
     return _parse_scrape(text, fmt, cluster=cluster, target=target, job=job, instance=instance,
                          scraped_at_ms=scraped_at_ms, fetch_s=fetch_s, labels=labels)[0]
 
@@ -86,7 +87,7 @@ def _parse_scrape(text: str, fmt: str, *, cluster: str, target: str, job: str, i
     """``parse_scrape`` and the parser's warnings (native histograms skipped, repeated timestamps dropped)."""
     t0 = time.perf_counter()
     parsed = parse_text(text, fmt=fmt)
-    if parsed.cut:
+    if parsed.cut or (parsed.errors and not parsed.value):  # maybe cut short, or not one good line
         return ScrapeBatch(cluster=cluster, target=target, job=job, instance=instance, scraped_at_ms=scraped_at_ms,
                            up=False, duration_s=fetch_s + (time.perf_counter() - t0),
                            error=f"parse error ({fmt}): {parsed.error_summary()}"), []
