@@ -2,9 +2,9 @@
 -- collective before a watchdog kills it. In the job's current run, after every member ran, its throughput had been
 -- reported and then stopped for stall_s or more: the gauge fell under pause_ratio x baseline, the counter stopped
 -- rising (its rate is 0), or the series disappeared while the pods stayed Running. A shorter pause is normal life
--- (checkpoints, evaluation), however often it repeats. A series that disappears counts only while something else
--- shows the monitoring alive (the job's own zero samples, other jobs' throughput, its nodes' GPUs): a scraper that
--- stopped is missing data, not a stall. A stall still going needs the job running now; one that ended, progress again.
+-- (checkpoints, evaluation), however often it repeats. A stall counts only while the monitoring shows itself alive
+-- through at least half of its minutes (the job's own zero samples or any job's throughput in the cluster, its
+-- nodes' GPUs): gangscope or a scraper that stopped is missing data, not a stall. A stall still going needs the job running now; one that ended, progress again.
 -- column: cluster: identity
 -- column: namespace: identity
 -- column: job: identity
@@ -46,6 +46,16 @@ gpus_alive AS (
     FROM j JOIN intermediate.int_gpu_presence g ON g.cluster = j.cluster AND list_contains(j.nodes, g.node)
     GROUP BY ALL
 ),
+alive_minutes AS (
+    -- Minutes in which the monitoring reported something a stall can be told by: any throughput in the cluster, or
+    -- the job's nodes' GPUs.
+    SELECT DISTINCT cluster, NULL::VARCHAR AS namespace, NULL::VARCHAR AS job,
+           make_timestamptz(epoch_us(ts) - (epoch_us(ts) - 946857600000000) % 60000000) AS m
+    FROM intermediate.int_throughput_buckets
+    UNION
+    SELECT DISTINCT j.cluster, j.namespace, j.job, g.ts
+    FROM j JOIN intermediate.int_gpu_presence g ON g.cluster = j.cluster AND list_contains(j.nodes, g.node)
+),
 gaps AS (
     SELECT p.cluster, p.namespace, p.job, p.ts AS last_progress_at, p.value AS last_value, p.baseline,
            p.ts + to_seconds(getvariable('bucket_s')) AS stalled_from, p.next_ts AS ended_at,
@@ -62,11 +72,19 @@ gaps AS (
     LEFT JOIN others c ON c.cluster = p.cluster
     LEFT JOIN gpus_alive g ON g.cluster = p.cluster AND g.namespace = p.namespace AND g.job = p.job
 ),
+covered AS (
+    SELECT g.*, (SELECT count(DISTINCT m.m) FROM alive_minutes m
+                 WHERE m.cluster = g.cluster AND (m.job IS NULL OR (m.namespace = g.namespace AND m.job = g.job))
+                   AND m.m >= g.stalled_from - INTERVAL 1 MINUTE AND m.m < coalesce(g.ended_at, g.alive_until))
+                    AS alive_minutes
+    FROM gaps g
+),
 stalls AS (
     SELECT *, epoch(coalesce(ended_at, alive_until) - stalled_from) AS stalled_s
-    FROM gaps
-    WHERE (ended_at IS NOT NULL AND epoch(ended_at - stalled_from) >= getvariable('stall_s'))
-       OR (ended_at IS NULL AND state = 'running' AND epoch(alive_until - stalled_from) >= getvariable('stall_s'))
+    FROM covered
+    WHERE ((ended_at IS NOT NULL AND epoch(ended_at - stalled_from) >= getvariable('stall_s'))
+           OR (ended_at IS NULL AND state = 'running' AND epoch(alive_until - stalled_from) >= getvariable('stall_s')))
+      AND alive_minutes >= 0.5 * epoch(coalesce(ended_at, alive_until) - stalled_from) / 60
 ),
 util AS (
     SELECT s.cluster, s.namespace, s.job, s.stalled_from, avg(m.gpu_util) AS gpu_util, avg(m.gpu_power) AS gpu_power
