@@ -9,6 +9,7 @@ exactly once, replay, the run service), not every test that happens to need a br
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -21,6 +22,10 @@ from tests.servers import alertmanager, kafka, postgres, prometheus
 
 # Upstream object and metric shapes, copied into the clone with their sources (tests/fixtures/reference/README.md).
 REFERENCE = Path(__file__).resolve().parent / "fixtures" / "reference"
+# No test watches the developer's own cluster by accident: `run` without `collectors` looks for a kubeconfig (or the
+# in-cluster service account). Tests that want one name it.
+os.environ["KUBECONFIG"] = str(Path(tempfile.gettempdir()) / "gangscope-tests-no-kubeconfig")
+os.environ.pop("KUBERNETES_SERVICE_HOST", None)
 
 
 BROKERS = ("tansu", "kafka")
