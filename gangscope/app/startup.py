@@ -2,7 +2,8 @@
 
 With ``collectors`` unset, ``run`` does what kubectl and the Prometheus operator do: it takes the current
 kubeconfig context (or the in-cluster service account) and, when there is one, watches the cluster (``k8s``)
-and scrapes the exporters it finds there (``metrics``, every discovery preset); ``collectors: []`` runs none.
+and scrapes the exporters it finds there (``metrics``); ``collectors: []`` runs none. The metrics collector
+with neither targets nor discovery configured discovers every preset (explicitly named or not).
 The summary names the cluster and context, the API version watched per kind, the exporters found per
 family, and where the lake and Kafka are. A cluster that cannot be reached is said once, with the fix, and
 ``run`` goes on with what it can (the pipeline, static targets) while the collectors wait for the server.
@@ -38,21 +39,36 @@ class Startup:
 def resolve(settings: Settings) -> Startup:
     """``settings`` with ``collectors`` chosen when unset: k8s and metrics when credentials are there."""
     from collectors.k8s.client import find_credentials
-    from collectors.metrics.targets import DEFAULT_JOBS
 
     source = find_credentials(settings.k8s.kubeconfig, settings.k8s.context)
-    if settings.collectors is not None:
-        return Startup(settings, False, source)
-    collectors = ["k8s", "metrics"] if source else (["metrics"] if settings.metrics.targets else [])
+    defaulted = settings.collectors is None
+    if not defaulted:
+        collectors = list(settings.collectors or [])
+    else:
+        collectors = ["k8s", "metrics"] if source else (["metrics"] if settings.metrics.targets else [])
     metrics = settings.metrics
-    if source and not metrics.targets and not metrics.discovery:
-        metrics = dataclasses.replace(metrics, discovery=[{"job": j} for j in DEFAULT_JOBS])
+    if "metrics" in collectors and source and not metrics.targets and not metrics.discovery:
+        metrics = dataclasses.replace(metrics, discovery=default_discovery(source.kind == "in-cluster"))
+    settings = dataclasses.replace(settings, collectors=collectors, metrics=metrics)
+    if not defaulted:
+        return Startup(settings, False, source)
     problems = [] if source else [
         "no Kubernetes credentials: no kubeconfig with a current context ($KUBECONFIG, ~/.kube/config) and not in a "
         "pod with a service account, so no cluster is watched. Fix: point $KUBECONFIG or k8s.kubeconfig (and "
         "k8s.context) at one, or set `collectors` to choose what runs (docs/configuration.md)"]
-    return Startup(dataclasses.replace(settings, collectors=collectors, metrics=metrics), True, source,
-                   problems=problems)
+    return Startup(settings, True, source, problems=problems)
+
+
+def default_discovery(in_cluster: bool) -> list[dict[str, Any]]:
+    """Every discovery preset. In a pod, the HTTPS ones (Kueue's and kube-scheduler's /metrics) are scraped with the
+    service account's token and without verifying their self-signed certificates, as kube-prometheus-stack does;
+    they authorize it by a SubjectAccessReview (bind their metrics-reader role, e.g. Kueue's kueue-metrics-reader)."""
+    from collectors.k8s.client import SA_TOKEN
+    from collectors.metrics.targets import DEFAULT_JOBS, PRESETS
+
+    return [{"job": j, **({"bearer_token_file": SA_TOKEN, "insecure_skip_verify": True}
+                          if in_cluster and PRESETS.get(j, {}).get("scheme") == "https" else {})}
+            for j in DEFAULT_JOBS]
 
 
 def probe(start: Startup) -> Startup:
