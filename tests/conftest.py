@@ -9,6 +9,7 @@ exactly once, replay, the run service), not every test that happens to need a br
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -19,7 +20,12 @@ from gangscope import config
 from gangscope.transport.broker import EmbeddedBroker
 from tests.servers import alertmanager, kafka, postgres, prometheus
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+# Upstream object and metric shapes, copied into the clone with their sources (tests/fixtures/reference/README.md).
+REFERENCE = Path(__file__).resolve().parent / "fixtures" / "reference"
+# No test watches the developer's own cluster by accident: `run` without `collectors` looks for a kubeconfig (or the
+# in-cluster service account). Tests that want one name it.
+os.environ["KUBECONFIG"] = str(Path(tempfile.gettempdir()) / "gangscope-tests-no-kubeconfig")
+os.environ.pop("KUBERNETES_SERVICE_HOST", None)
 
 
 BROKERS = ("tansu", "kafka")
@@ -104,9 +110,7 @@ def offline_settings(tmp_path: Path) -> config.Settings:
 
 @pytest.fixture(scope="session")
 def reference() -> Path:
-    """../shared/reference: real objects and metric listings the fixtures are built from."""
-    if not REFERENCE.is_dir():
-        pytest.skip(f"reference data not found at {REFERENCE}")
+    """tests/fixtures/reference: real objects and metric listings the fixtures are built from."""
     return REFERENCE
 
 

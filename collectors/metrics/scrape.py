@@ -211,6 +211,9 @@ class Scraper:
             self._session = None
 
     def _headers(self, t: Target) -> dict[str, str] | None:
+        if t.authorization is not None:  # the API server's credentials (pod proxy), renewed by its loader
+            value = t.authorization()
+            return {"Authorization": value} if value else None
         if not t.bearer_token_file:
             return None
         # Read per scrape: projected service-account tokens rotate. Never logged.
@@ -369,17 +372,21 @@ class Scraper:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def target_source(settings: Any, client: Any = None) -> Callable[[], list[Target]]:
+def target_source(settings: Any, client: Any = None, failing: set[str] | None = None) -> Callable[[], list[Target]]:
     """A function returning the current targets: the static ones plus what discovery finds now.
 
     Validates the configuration at once (a bad entry is a ``UserError`` before any scraping).
     ``client`` (a ``collectors.k8s.client.Client``) is made from ``settings.k8s`` when discovery needs one.
+    ``failing``: discovery jobs already known to fail (``run``'s summary said the server is unreachable), so the
+    first failure is not said again.
     """
+    from collectors.k8s.client import find_credentials
     from collectors.metrics.targets import discover, discovery_rules, static_targets
     from gangscope.errors import UserError
 
     static = static_targets(settings)
-    rules = discovery_rules(settings)
+    found = find_credentials(settings.k8s.kubeconfig, settings.k8s.context)
+    rules = discovery_rules(settings, in_cluster=found is not None and found.kind == "in-cluster")
     if not static and not rules:
         raise UserError("no metrics targets: set metrics.targets (url, job) and/or metrics.discovery (job, "
                         "label_selector, port) in the config file; see docs/collectors-metrics.md")
@@ -387,9 +394,10 @@ def target_source(settings: Any, client: Any = None) -> Callable[[], list[Target
         from collectors.k8s.client import Client
 
         client = Client.from_config(settings.k8s.kubeconfig, settings.k8s.context)
+    failing = set() if failing is None else failing
 
     def current() -> list[Target]:
-        found = discover(rules, client) if rules else []
+        found = discover(rules, client, failing) if rules else []
         seen = {t.url for t in static}
         return static + [t for t in found if t.url not in seen and not seen.add(t.url)]  # type: ignore[func-returns-value]
 
@@ -399,7 +407,8 @@ def target_source(settings: Any, client: Any = None) -> Callable[[], list[Target
 AUTO_WORKERS_MIN_TARGETS = 100
 
 
-def serve(settings: Any, emit: Emit, stop: Any, client: Any = None, refresh_s: float = 60.0) -> None:
+def serve(settings: Any, emit: Emit, stop: Any, client: Any = None, refresh_s: float = 60.0,
+          failing: set[str] | None = None) -> None:
     """Scrape until the ``threading.Event`` ``stop`` is set (``collect metrics``, ``run``); blocks.
 
     Runs its own asyncio loop in the calling thread; ``emit`` is called from that thread. With
@@ -407,7 +416,7 @@ def serve(settings: Any, emit: Emit, stop: Any, client: Any = None, refresh_s: f
     encoding run in worker processes and ``emit`` gets ``EncodedScrapeBatch``es: pass a publisher's
     ``publish``, not something that reads the samples.
     """
-    targets = target_source(settings, client)
+    targets = target_source(settings, client, failing)
     workers = settings.metrics.parse_workers
     if workers is None:
         cores = os.cpu_count() or 1

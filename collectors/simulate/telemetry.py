@@ -28,8 +28,9 @@ from collectors.simulate.cluster import GPUS_PER_NODE, IB_DEVICES
 from collectors.simulate.scenarios import XID_TEXT, Scenario, SimJob, placement_factor
 
 # (name, type, integer-valued). The default-counters.csv fields a classifier reads, plus the opt-in NVLink
-# error and ECC counters; clocks and FB_FREE are left out to keep a 1,024-GPU day's file writable.
+# error and ECC counters; the memory clock and FB_FREE are left out to keep a 1,024-GPU day's file writable.
 DCGM = (
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", True),
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", True), ("DCGM_FI_DEV_POWER_USAGE", "gauge", False),
     ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", True), ("DCGM_FI_DEV_GPU_UTIL", "gauge", True),
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", True), ("DCGM_FI_DEV_XID_ERRORS", "gauge", True),
@@ -181,6 +182,8 @@ class Writer:
         sm = np.clip(util / 100 * 0.82 + noise * 0.01, 0, 1)
         bwl = self.bw[r0:r1][:, :, None] * np.ones((1, 1, G))
         v = np.full((R, N, len(DCGM), G), np.nan)
+        # H100 SXM: 1,980 MHz boost under load (a few MHz of jitter, none drawn from the generator), 345 idle.
+        v[:, :, D["DCGM_FI_DEV_SM_CLOCK"]] = np.where(act > 0.05, 1980 - np.round(np.abs(noise) * 5), 345)
         v[:, :, D["DCGM_FI_DEV_GPU_TEMP"]] = np.round(31 + util * 0.38 + noise)
         v[:, :, D["DCGM_FI_DEV_POWER_USAGE"]] = np.round(72 + util * 6.1 + noise * 9, 6)
         v[:, :, D["DCGM_FI_DEV_GPU_UTIL"]] = np.round(util)

@@ -151,7 +151,8 @@ def test_discovery_lists_pods_and_labels_training_samples(tmp_path: Path) -> Non
         api_routes = {"/api/v1/namespaces/gpu-operator/pods": Route(json.dumps(dcgm_pods)),
                       "/api/v1/pods": Route(json.dumps(train_pods))}
         with http_serve(api_routes) as (api, seen):
-            s = _settings(tmp_path, discovery=[{"job": "dcgm", "namespace": "gpu-operator"}, {"job": "training"}])
+            s = _settings(tmp_path, discovery=[{"job": "dcgm", "namespace": "gpu-operator", "via": "pod_ip"},
+                                               {"job": "training", "via": "pod_ip"}])
             targets = discover(discovery_rules(s), Client(api))
             assert "labelSelector=app%3Dnvidia-dcgm-exporter" in seen[0][0]
         dcgm, train = targets

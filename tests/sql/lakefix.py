@@ -1,6 +1,6 @@
 """Insert real-shaped Kubernetes watch events and Prometheus samples straight into a lake's raw tables.
 
-Objects follow the shapes in /work/shared/reference (Kueue Workload v1beta2 status, coscheduling
+Objects follow the shapes in tests/fixtures/reference (Kueue Workload v1beta2 status, coscheduling
 PodGroup, native scheduling.k8s.io PodGroup, core/v1 and events.k8s.io/v1 Events, dcgm-exporter labels).
 """
 
