@@ -17,7 +17,7 @@ import pytest
 
 from gangscope import config
 from gangscope.transport.broker import EmbeddedBroker
-from tests.servers import alertmanager, kafka, postgres, prometheus
+from tests.servers import alertmanager, kafka, kubernetes, postgres, prometheus
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 
@@ -108,6 +108,16 @@ def reference() -> Path:
     if not REFERENCE.is_dir():
         pytest.skip(f"reference data not found at {REFERENCE}")
     return REFERENCE
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[kubernetes.KubeCluster]:
+    """A real Kubernetes 1.37 control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok, Kueue) on
+    free loopback ports, one per session (per worker); tests keep to their own namespaces. Its binaries come from
+    ``.ci/build-kubernetes``: without them the ``kubernetes`` tests skip, except in CI."""
+    cluster = _started(kubernetes.start)
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")
