@@ -504,6 +504,9 @@ def _kwok_argv(root: Path, kubeconfig: Path, port: int) -> list[str]:
                     "nodeLeaseDurationSeconds": LEASE_S, "serverAddress": f"127.0.0.1:{port}",
                     "nodeLeaseParallelism": 4, "podPlayStageParallelism": 4, "nodePlayStageParallelism": 4,
                     "podsOnNodeSyncParallelism": 2,
+                    # Pod IPs kwok writes into status (no traffic): without them its pod-create stage matches again
+                    # and again, and every pod's Ready flaps.
+                    "cidr": "10.244.0.1/16", "nodeIP": "10.244.0.1",
                     "enableCRDs": []}}]
     docs += [yaml.safe_load(p.read_text()) for p in stages]
     (root / "kwok.yaml").write_text(yaml.safe_dump_all(docs))
