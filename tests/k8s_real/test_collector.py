@@ -279,7 +279,8 @@ def test_missing_watch_on_one_kind_is_a_clear_error_and_the_rest_runs(kube_clust
     assert any(e["object"]["metadata"].get("name") == "n0" for e in events)  # pods: listed and watched
     assert any(e["object"]["kind"] == "Node" for e in events)  # nodes: listed (list is allowed)
     lines = [ln for ln in log.splitlines() if "nodes" in ln and "watch" in ln]
-    assert lines and any('cannot watch resource "nodes"' in ln for ln in lines), log[-3000:]
+    assert lines and any('cannot watch resource "nodes"' in ln and "needs get, list and watch on nodes" in ln
+                         for ln in lines), log[-3000:]
 
 
 def test_bench_relist_runs_against_the_real_api_server(kube_cluster: KubeCluster) -> None:
