@@ -18,7 +18,7 @@ import pytest
 
 from gangscope import config
 from gangscope.transport.broker import EmbeddedBroker
-from tests.servers import alertmanager, kafka, postgres, prometheus
+from tests.servers import alertmanager, kafka, kubernetes, postgres, prometheus
 
 # Upstream object and metric shapes, copied into the clone with their sources (tests/fixtures/reference/README.md).
 REFERENCE = Path(__file__).resolve().parent / "fixtures" / "reference"
@@ -112,6 +112,16 @@ def offline_settings(tmp_path: Path) -> config.Settings:
 def reference() -> Path:
     """tests/fixtures/reference: real objects and metric listings the fixtures are built from."""
     return REFERENCE
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[kubernetes.KubeCluster]:
+    """A real Kubernetes 1.37 control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok, Kueue) on
+    free loopback ports, one per session (per worker); tests keep to their own namespaces. Its binaries come from
+    ``.ci/build-kubernetes``: without them the ``kubernetes`` tests skip, except in CI."""
+    cluster = _started(kubernetes.start)
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")
