@@ -50,13 +50,34 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
+# Tests whose binaries .ci/run builds in the background (tests/servers/gobuild.py): last, so the build has the
+# whole run to finish; the real control plane's files (tests/k8s_real/) in one worker, so one control plane starts.
+LAST = ("/tests/k8s_real/", "/tests/deploy/test_helm_chart.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The live end-to-end files first (minutes each, mostly waiting on simulated time), then the other files
-    largest first: with the workers of ``-n 2 --dist loadfile`` the long ones run beside the rest."""
+    largest first: with the workers of ``-n 2 --dist loadfile`` the long ones run beside the rest; the tests that
+    wait for the background Go build last."""
     per_file: dict[Path, int] = {}
     for item in items:
         per_file[item.path] = per_file.get(item.path, 0) + 1
-    items.sort(key=lambda item: ("/tests/e2e/" not in str(item.path), -per_file[item.path]))
+    items.sort(key=lambda item: (any(x in str(item.path) for x in LAST), "/tests/e2e/" not in str(item.path),
+                                 -per_file[item.path]))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` with tests/k8s_real/ as one unit: both its files share one control plane (a session
+    fixture per worker would start two)."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/k8s_real" if nodeid.startswith("tests/k8s_real/") else super()._split_scope(nodeid)
+
+    return Scheduling(config, log)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

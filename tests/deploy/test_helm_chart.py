@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from gangscope import config
+from tests.servers import gobuild
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "gangscope"
@@ -30,6 +31,7 @@ HELM_LABELS = ("app.kubernetes.io/instance", "app.kubernetes.io/version", "app.k
 def _tool(name: str) -> str:
     found = shutil.which(name)
     if found is None and name == "helm":
+        gobuild.wait()  # .ci/run builds Helm in the background
         built = sorted(Path.home().glob(".cache/gangscope-helm/*/.complete"))
         found = str(built[-1].parent / "helm") if built else None
     if found is None:

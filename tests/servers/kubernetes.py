@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from collectors.simulate.cluster import BLOCK_LABEL, GPUS_PER_NODE, HOST_LABEL, NODE_GROUP_LABEL, RACK_LABEL
+from tests.servers import gobuild
 from tests.servers.kafka import make_tls
 from tests.servers.process import free_port, halt
 
@@ -286,10 +287,15 @@ _USERS = {
 
 
 def start(timeout_s: float = 180.0, base_nodes: int = 0) -> KubeCluster:
-    """Start the whole control plane; raises RuntimeError with the reason when it cannot."""
+    """Start the whole control plane; raises RuntimeError with the reason when it cannot. Waits for a build of its
+    binaries that runs in the background (.ci/run)."""
     missing = binaries_missing()
     if missing:
-        raise RuntimeError(f"Kubernetes test binaries not built ({', '.join(missing)}): run .ci/build-kubernetes")
+        gobuild.wait()
+        missing = binaries_missing()
+    if missing:
+        raise RuntimeError(f"Kubernetes test binaries not built ({', '.join(missing)}): run .ci/build-kubernetes"
+                           + (f"; its log ends: {tail}" if (tail := gobuild.log_tail()) else ""))
     if shutil.which("openssl") is None:
         raise RuntimeError("openssl not found (the control plane's certificates are made with it)")
     root = Path(tempfile.mkdtemp(prefix="gangscope-k8s-"))
