@@ -1,6 +1,8 @@
 -- Every pod (current and deleted) with its job identity in CONTRACT section 2 order: the controller
 -- owner of its Kueue Workload; else its JobSet; else its coscheduling/Volcano PodGroup; else the
--- controller of its native scheduling.k8s.io Workload; else its own controller owner.
+-- controller of its native scheduling.k8s.io Workload; else its own controller owner. Only pods of a job: linked to
+-- a Kueue Workload, a JobSet or a gang, owned by a batch / training controller, or holding GPUs; node agents
+-- (DaemonSet, static pods) and services without GPUs (exporters, controllers) are not jobs.
 -- column: cluster: the Pod
 -- column: namespace: the Pod
 -- column: pod: the Pod
@@ -95,3 +97,8 @@ SELECT
     running_before_capture, last_seen_at, gpus, disruption_reason, unscheduled_message, disruption_at, scheduling_gates,
     disruption_message, status_reason, status_message, deletion_requested_at, restart_policy, completion_index
 FROM joined
+WHERE wl_name IS NOT NULL OR jobset_name IS NOT NULL OR pod_group IS NOT NULL OR native_workload IS NOT NULL
+   OR native_name IS NOT NULL
+   OR owner_kind IN ('Job', 'JobSet', 'TrainJob', 'PyTorchJob', 'MPIJob', 'TFJob', 'XGBoostJob', 'PaddleJob', 'JAXJob',
+                     'RayCluster', 'RayJob', 'LeaderWorkerSet', 'Workload')
+   OR (gpus > 0 AND coalesce(owner_kind, '') NOT IN ('DaemonSet', 'Node'))

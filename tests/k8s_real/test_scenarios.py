@@ -190,12 +190,10 @@ def test_each_job_gets_its_class_and_no_job_is_invented(played: Played, ns: str)
                             and r["root_cause"] != "healthy"]
 
 
-@pytest.mark.xfail(strict=True, reason="needs issue 31 classes")
 def test_node_whose_kubelet_died_is_node_failure(played: Played) -> None:
     assert played.primary("gs-node").get("n-lost") == "node_failure"
 
 
-@pytest.mark.xfail(strict=True, reason="needs issue 31 classes")
 def test_containers_failing_to_the_backoff_limit_are_workload_crash(played: Played) -> None:
     assert played.primary("gs-crash").get("c-crash") == "workload_crash"
 

@@ -383,13 +383,25 @@ def _throttle_and_links(s: Story) -> None:
     ff.throughput(s, p, 3, END, lambda t: 600.0 if t >= 30 else 1000.0)
 
 
+def _not_jobs(s: Story) -> None:
+    """Node agents and services are not jobs: dcgm-exporter's DaemonSet pod, a controller's pod without GPUs."""
+    from tests.sql.lakefix import pod
+
+    agent = pod(NS, "dcgm-exporter-x2v9k", "DaemonSet", "dcgm-exporter", "f1", "Running", gpus=0)
+    svc = pod(NS, "kueue-controller-manager-7f9c-abcde", "ReplicaSet", "kueue-controller-manager-7f9c", "f2",
+              "Running", gpus=0)
+    for p in (agent, svc):
+        p["metadata"]["creationTimestamp"] = iso(0)
+        s.add(0.5, run(ff.bind(p, p["spec"]["nodeName"], 0.2), 0.5))
+
+
 def _story() -> Story:
     s = Story()
     ff.setup(s, 32)
     for fn in (_image_pull, _config_error, _mount, _slow_pull, _ready_timeout, _oom_loop, _backoff_limit,
                _jobset_restarts, _finisher, _node_lost, _drained, _gpu_sick, _node_decoys, _throttled,
                _throttled_bits, _hot_gpu, _clock_blip, _hung, _vanished, _checkpointer, _xid_crash,
-               _throttle_and_links):
+               _throttle_and_links, _not_jobs):
         fn(s)
     s.add(END, node("f32", "rack-3"))  # the data's "now"
     return s

@@ -22,7 +22,7 @@ CASES: dict[str, dict[str, str]] = {
     "node": {"n-ok": "healthy"},
     "crash": {"c-ok": "healthy"},
 }
-# Classes of issue 31, asserted under xfail until the models have them.
+# The classes of issue 31 (node_failure, workload_crash) on the real controllers' objects.
 PENDING = {"node": ("n-lost", "node_failure"), "crash": ("c-crash", "workload_crash")}
 # Jobs that no longer exist when the initial list is taken (deleted before the collector started): never seen.
 GONE_AT_END = {"deleted": {"d-done"}}
@@ -81,14 +81,12 @@ def test_capture_first_seen_in_an_initial_list(name: str, first_seen: dict[tuple
     assert _of(name, first_seen) == {j: c for j, c in CASES[name].items() if j not in gone}
 
 
-@pytest.mark.xfail(strict=True, reason="needs issue 31 classes")
 @pytest.mark.parametrize("name", sorted(PENDING))
 def test_capture_pending_class(name: str, as_watched: dict[tuple[str, str], str]) -> None:
     job, cls = PENDING[name]
     assert as_watched.get((f"gs-{name}", job)) == cls
 
 
-@pytest.mark.xfail(strict=True, reason="needs issue 31 classes")
 @pytest.mark.parametrize("name", sorted(PENDING))
 def test_capture_pending_class_first_seen(name: str, first_seen: dict[tuple[str, str], str]) -> None:
     job, cls = PENDING[name]
