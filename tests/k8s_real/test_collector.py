@@ -98,6 +98,7 @@ def test_discovery_picks_each_kind_at_its_served_version(kube_cluster: KubeClust
         "podgroups.scheduling.k8s.io": ("scheduling.k8s.io", "v1beta1"),
         "compositepodgroups.scheduling.k8s.io": ("scheduling.k8s.io", "v1alpha3"),
         "podgroups.scheduling.x-k8s.io": None, "podgroups.scheduling.volcano.sh": None,
+        "jobs.batch": ("batch", "v1"), "jobsets.jobset.x-k8s.io": None,  # JobSet's CRDs are not installed here
     }
     assert chosen["workloads.kueue.x-k8s.io"].kind == chosen["workloads.scheduling.k8s.io"].kind == "Workload"
 
