@@ -748,6 +748,8 @@ def _mixed(cluster: Cluster, a: _Alloc, jobs: list[SimJob], faults: list[Fault],
     crashed = jobs[-1]
     a.free.insert(0, crashed.nodes[0])  # free again once the failed Job's pods are gone (minute ~30)
     _training_stalled(a, jobs, faults, dur, pods=1, modes=False, created=32 * MIN, at=48 * MIN)
+    if crashed.nodes[0] in a.free:  # a bigger cluster had another free node: leave this one to the crashed job
+        a.free.remove(crashed.nodes[0])
     assert jobs[-1].placed is not None and jobs[-1].placed > (crashed.hold_end or 0.0)
 
 

@@ -102,7 +102,7 @@ def _job_cond(job: dict, ctype: str, status: str, reason: str, message: str, ts:
 
 def child(tl: T.Timeline, j: SimJob, t: float) -> dict | None:
     """The JobSet controller creates the child Job once the JobSet is not suspended (``SimJob.children``)."""
-    if j.kind != "JobSet" or not j.children or j.pending is not None:
+    if j.kind != "JobSet" or not j.children or j.delegated or j.pending is not None:
         return None
     c = o.child_job(j, tl.ts(t), j.child_uid, 0)
     tl.emit(t, "ADDED", c)
@@ -315,7 +315,8 @@ def _terminate(tl: T.Timeline, p: dict, t: float, code: int, reason: str, phase:
 def slow_pull(tl: T.Timeline, life: Life, bound: float, run: float) -> None:
     """A cold node pulls a big image: ContainerCreating and Pulling, then Pulled with the time it took."""
     j = life.j
-    took = run - 3 - (bound + 2)
+    took = run - 3 - (bound + 2) + 0.412  # Go prints a Duration to the millisecond here: 4m27.412s
+    took_s = f"{int(took) // 60}m{took % 60:.3f}s"
     for i, p in enumerate(life.pods):
         node = j.nodes[i].name
         _pending_status(tl, j, p, i, bound + 0.2 * i, True, {"reason": "ContainerCreating"})
@@ -323,8 +324,8 @@ def slow_pull(tl: T.Timeline, life: Life, bound: float, run: float) -> None:
         tl.event(bound + 2, p, "Normal", "Pulling", f'Pulling image "{j.image}"', KUBELET, host=node,
                  field_path="spec.containers{trainer}")
         tl.event(run - 3, p, "Normal", "Pulled",
-                 f'Successfully pulled image "{j.image}" in {go_duration(took)}.{int(took * 10) % 10}s '
-                 f'({go_duration(took)}.{int(took * 10) % 10}s including waiting). Image size: 18834567890 bytes.',
+                 f'Successfully pulled image "{j.image}" in {took_s} ({took_s} including waiting). '
+                 "Image size: 18834567890 bytes.",
                  KUBELET, host=node, field_path="spec.containers{trainer}")
 
 
