@@ -463,8 +463,12 @@ def _finish(tl: Timeline, j: SimJob, wl: dict | None, job: dict, pods: list[dict
                                          "message": "jobset completed successfully",
                                          "lastTransitionTime": tl.ts(t + 1)}]}
     tl.emit(t + 1, "MODIFIED", job)
+    if j.kind == "Job":
+        tl.event(t + 1, job, "Normal", "Completed", "Job completed", "job-controller")
     if wl is not None:
-        o.set_condition(wl, o.condition("Finished", "True", "Succeeded", "Job finished successfully", tl.ts(t + 2)))
+        # Kueue's Finished message is the job's own terminal condition message (reference kueue_workload-finished)
+        done = job["status"]["conditions"][-1]["message"]
+        o.set_condition(wl, o.condition("Finished", "True", "Succeeded", done, tl.ts(t + 2)))
         tl.emit(t + 2, "MODIFIED", wl)
         tl.event(t + 2, job, "Normal", "FinishedWorkload", f"Workload '{j.namespace}/{j.workload}' is declared "
                  "finished", "kueue-job-controller")
