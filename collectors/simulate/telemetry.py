@@ -4,11 +4,13 @@ Targets, each scraped every ``interval`` seconds with its own offset and jitter 
 (job, instance, timestamp) group and times never go backwards through the file):
 
 * ``kueue`` — the Kueue controller (queue depth, admission-wait histogram, evictions);
-* ``dcgm-exporter`` per node — per-GPU utilisation, SM/tensor activity, PCIe bytes/s, NVLink bandwidth
-  and error counters, XID (``err_code``/``err_msg``), ECC DBE, with ``pod``/``namespace``/``container``
-  only while a pod holds the GPU, and ``Hostname`` naming the node;
+* ``dcgm-exporter`` per node — per-GPU utilisation, SM clock, SM/tensor activity, PCIe bytes/s, NVLink
+  bandwidth and error counters, XID (``err_code``/``err_msg``), ECC DBE, with ``pod``/``namespace``/``container``
+  only while a pod holds the GPU, and ``Hostname`` naming the node; clock-event reasons, violation counters and
+  the exporter's clock-event count only on nodes whose exporter has them (``Node.dcgm``);
 * ``node-exporter`` per node — InfiniBand port state and counters;
-* ``training`` per running job — ``train_tokens_per_second`` from the rank-0 pod.
+* ``training`` per running job — ``train_tokens_per_second`` (or the counter ``train_tokens_total``) from the
+  rank-0 pod.
 
 Values are numpy arrays per chunk of scrape rounds; lines are built and written by polars, never one
 Python call per sample (128 nodes x 6 h is ~36 M samples).
