@@ -59,7 +59,7 @@ from gangscope.transport.publish import Publisher  # noqa: E402
 from pipeline import consume, lake, land  # noqa: E402
 from tests.servers import kafka as kafka_server  # noqa: E402
 
-REFERENCE = ROOT.parent / "shared" / "reference" / "telemetry"
+REFERENCE = ROOT / "tests" / "fixtures" / "reference" / "telemetry"
 SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)\{(.*)\}\s+(\S+)')
 LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 EXTRA = ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")  # DCP fields, in dcp-metrics-included

@@ -66,6 +66,9 @@ class K8sSettings:
 class MetricsSettings:
     targets: list[dict[str, Any]] = field(default_factory=list)
     discovery: list[dict[str, Any]] = field(default_factory=list)
+    # How discovered exporter pods are scraped: pod_ip (inside the cluster), apiserver (the API server's pod proxy,
+    # from a kubeconfig outside it), or auto: pod_ip with the in-cluster service account, apiserver otherwise.
+    discovery_via: str = "auto"
     default_interval_s: float = 15.0
     default_timeout_s: float = 5.0
     throughput_metrics: list[str] = field(default_factory=list)
@@ -198,7 +201,9 @@ class Settings:
     log: LogSettings = field(default_factory=LogSettings)
     clock: ClockSettings = field(default_factory=ClockSettings)
     findings: FindingsSettings = field(default_factory=FindingsSettings)
-    collectors: list[str] = field(default_factory=list)  # for `run`: k8s, metrics, remote_write
+    # For `run`: k8s, metrics, remote_write. None (unset): k8s and metrics when a kubeconfig context or the in-cluster
+    # service account is there (gangscope/app/startup.py), else none; [] runs none.
+    collectors: list[str] | None = None
     # Time sanity (gangscope/timesanity.py): how far in the future of its receipt an input time may be.
     clock_skew_s: float = 600.0
 
@@ -398,6 +403,6 @@ def _validate(s: Settings) -> None:
                           "between two sends")
     if s.clock.speed <= 0:
         raise ConfigError("clock.speed: must be positive")
-    for c in s.collectors:
+    for c in s.collectors or []:
         if c not in COLLECTORS:
             raise ConfigError(f"collectors: unknown collector {c!r} (known: {', '.join(COLLECTORS)})")

@@ -39,8 +39,10 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("kafka", "urllib3", "apscheduler.executors.default"):
+    for noisy in ("kafka", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # apscheduler's INFO ("Adding job tentatively", "Scheduler started", one line per job) only at debug.
+    logging.getLogger("apscheduler").setLevel(logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING)
     # kafka-python's "task ran for 0.3s" event-loop notices: about our own CPU load, not the broker.
     logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
     # ... and its "Metadata refresh: failed Cancelled" ERROR when a client closes while a refresh is pending:

@@ -62,8 +62,12 @@ SCRAPE_DURATION = Gauge(
 )
 SCRAPE_FAILURES = Counter(
     "gangscope_scrape_failures_total", "Failed scrapes (no samples recorded), by reason: timeout, http_status, "
-    "body_too_large, empty_body, not_utf8, content_type, parse_error, skipped, body_cut, connection.",
+    "body_too_large, empty_body, content_type, parse_error, skipped, body_cut, connection.",
     ["scrape_job", "reason"], registry=REGISTRY,
+)
+SCRAPE_PARTIAL = Counter(
+    "gangscope_scrape_partial_total", "Scrapes that landed with broken exposition lines refused (named in the "
+    "scrape's error).", ["scrape_job"], registry=REGISTRY,
 )
 WATCH_RECONNECTS = Counter(
     "gangscope_watch_reconnects_total", "Watch streams re-opened (closed by server, network error).", ["kind"],
@@ -139,7 +143,10 @@ def scrape_done(batch: Any, failure: str | None = None, interval_s: float | None
     SCRAPE_DURATION.labels(batch.job, batch.instance).set(batch.duration_s)
     if not batch.up:
         SCRAPE_FAILURES.labels(batch.job, failure or "connection").inc()
-    elif interval_s:
+        return
+    if batch.error:
+        SCRAPE_PARTIAL.labels(batch.job).inc()
+    if interval_s:
         heartbeat("collector-metrics", 3 * interval_s)
 
 

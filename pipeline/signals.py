@@ -29,7 +29,8 @@ from gangscope.config import Settings
 from gangscope.errors import UserError
 
 SIGNALS = ("nvlink_bw", "pcie_bw", "ib_bw", "nvlink_errors", "ib_errors", "ib_port_state", "xid", "ecc_dbe",
-           "gpu_util", "sm_active", "throughput", "kueue_pending", "kueue_admission_wait", "ray_pg_pending")
+           "gpu_util", "sm_active", "sm_clock", "gpu_temp", "gpu_power", "clock_reasons", "clock_events",
+           "throttle_time", "throughput", "kueue_pending", "kueue_admission_wait", "ray_pg_pending")
 KINDS = ("gauge", "counter", "code")
 
 # A counter rate needs its previous sample within this many seconds; older gaps give NULL.
@@ -83,6 +84,28 @@ DEFAULTS: list[_Row] = [
     # SM active, ratio 0..1.
     ("sm_active", "exact", "DCGM_FI_PROF_SM_ACTIVE", "gauge", 1.0, "ratio", None, None),
     ("sm_active", "exact", "DCGM_FI_PROF_SM_UTIL_RATIO", "gauge", 1.0, "ratio", None, None),  # DCGM 4.6 name
+    # Throttling (gpu_throttle). SM clock, MHz: in dcgm-exporter's default counters, so a throttled GPU is seen
+    # against its peers without any opt-in field.
+    ("sm_clock", "exact", "DCGM_FI_DEV_SM_CLOCK", "gauge", 1.0, "MHz", None, None),
+    # GPU temperature (C) and board power (W); DCGM 4.6 adds unit-suffixed names, the old ones stay aliases.
+    ("gpu_temp", "exact", "DCGM_FI_DEV_GPU_TEMP", "gauge", 1.0, "C", None, None),
+    ("gpu_temp", "exact", "DCGM_FI_DEV_GPU_TEMP_CELSIUS", "gauge", 1.0, "C", None, None),
+    ("gpu_power", "exact", "DCGM_FI_DEV_POWER_USAGE", "gauge", 1.0, "W", None, None),
+    ("gpu_power", "exact", "DCGM_FI_DEV_BOARD_POWER_WATTS", "gauge", 1.0, "W", None, None),
+    # Clock-event (throttle) reasons, field 112: a bit mask (0x4 SW power cap, 0x8 HW slowdown, 0x20 SW thermal,
+    # 0x40 HW thermal, 0x80 HW power brake, ...); not in the default counters, the old name is DCGM's alias.
+    ("clock_reasons", "exact", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "code", 1.0, "bit mask", None, None),
+    ("clock_reasons", "exact", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "code", 1.0, "bit mask", None, None),
+    # dcgm-exporter's count of each clock event (label clock_event) within its window: a windowed count, not a
+    # counter, whatever its TYPE line says.
+    ("clock_events", "exact", "DCGM_EXP_CLOCK_EVENTS_COUNT", "gauge", 1.0, "events per window", None, None),
+    # Time spent throttled: violation counters in ns (power, thermal, board limit, reliability) and the per-reason
+    # duration fields of DCGM >= 4.2.3, as a rate x 1e-9: the share of time throttled (0..1). Sync-boost and
+    # low-utilisation "violations" are not throttling and are left out.
+    ("throttle_time", "regex", r"DCGM_FI_DEV_(POWER|THERMAL|BOARD_LIMIT|RELIABILITY)_VIOLATION", "counter", 1e-9,
+     "s/s", None, None),
+    ("throttle_time", "regex", r"DCGM_FI_DEV_CLOCKS_EVENT_REASON_(SW_POWER_CAP|SW_THERM_SLOWDOWN|HW_THERM_SLOWDOWN|"
+     r"HW_POWER_BRAKE_SLOWDOWN)_NS", "counter", 1e-9, "s/s", None, None),
     # Kueue queue depth, workloads (one row per cluster_queue and status; device = cluster_queue).
     ("kueue_pending", "exact", "kueue_pending_workloads", "gauge", 1.0, "workloads", None, None),
     # Kueue admission wait histogram: _sum is seconds waited per second, _count admissions per second;

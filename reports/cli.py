@@ -1,4 +1,5 @@
-"""Commands: ``diagnose``, ``report``, ``sql``, ``baseline snapshot|compare`` (heavy imports inside handlers)."""
+"""Commands: ``diagnose``, ``explain``, ``report``, ``sql``, ``baseline snapshot|compare`` (heavy imports inside
+handlers)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,34 @@ def _diagnose(settings, args) -> int:
         con.close()
     out = diagnose.to_json(rows) if args.format == "json" else diagnose.to_table(rows)
     sys.stdout.write(out + ("\n" if not out.endswith("\n") else ""))
+    return 0
+
+
+def _explain(settings, args) -> int:
+    import json as _json
+
+    from pipeline import lake, models
+    from reports import explain
+    from reports.localtime import using
+
+    if "/" not in args.job:
+        raise UserError(f"expected NAMESPACE/JOB, got {args.job!r}")
+    lake.require(settings)
+    con = lake.connect(settings)
+    try:
+        if not args.no_build:
+            models.build(settings, con, only_stale=True)
+        try:
+            from gangscope.config import report_zone
+
+            with using(report_zone(settings.report.timezone)):
+                e = explain.explain(con, args.job)
+                out = _json.dumps(e.to_dict(), indent=2) if args.format == "json" else explain.to_text(e)
+        except explain.UnknownJob as err:
+            raise UserError(str(err)) from None
+    finally:
+        con.close()
+    sys.stdout.write(out + "\n")
     return 0
 
 
@@ -129,6 +158,17 @@ def register(groups, common) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default table)")
     p.add_argument("--no-build", action="store_true", help="read the marts as they are, without building stale models")
     p.set_defaults(handler=_diagnose)
+
+    p = groups["root"].add_parser(
+        "explain", parents=[common], help="one job's layered check, its findings and next steps",
+        description="The layered check for one job, healthy or not, in the order an operator looks: queue and "
+        "admission, topology (assignment and actual spread), gang assembly, start-up, throughput against its "
+        "baseline, interconnect / GPUs / nodes; each with its verdict, evidence and times, then the job's findings "
+        "with their evidence and next steps. An unknown job gets the closest names. Builds stale models first.")
+    p.add_argument("job", metavar="NAMESPACE/JOB", help="the job (top-level owner), e.g. ml-research/llama-70b-sft")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="output format (default table)")
+    p.add_argument("--no-build", action="store_true", help="read the models as they are, without building stale ones")
+    p.set_defaults(handler=_explain)
 
     p = groups["root"].add_parser(
         "report", parents=[common], help="write a root-cause report (HTML or Markdown)",

@@ -563,9 +563,173 @@ def _slowdown(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
         + (f" --since-time={since:%Y-%m-%dT%H:%M:%SZ}" if since else "")))
 
 
-CLASSES = {"gpu_fault": _gpu_fault, "interconnect_degradation": _interconnect, "preemption": _preemption,
-           "admission_quota": _admission_quota, "admission_topology": _admission_topology, "gang_assembly": _gang,
-           "topology_misplacement": _misplacement, "unexplained_slowdown": _slowdown}
+def _node_failure(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
+    job = f"{f.get('namespace')}/{f.get('job')}"
+    for x in (x for x in _list(ev.get("losses")) if isinstance(x, dict)):
+        node, how = x.get("node"), x.get("how")
+        pods = [p for p in _list(x.get("pods")) if isinstance(p, dict)]
+        took = ", ".join(f"{p.get('pod')} ({p.get('reason') or p.get('phase')})" for p in pods[:5])
+        back = f"; back at {clock(x.get('recovered_at'))}" if x.get("recovered_at") else "; not back yet"
+        if how == "not_ready":
+            out.sentences.append(
+                f"Node {node} went {'unreachable' if x.get('ready') == 'Unknown' else 'NotReady'} at "
+                f"{clock(x.get('lost_at'))} ({x.get('reason')}: {x.get('message')})"
+                + (f"; it took {took}" if took else f"; the job's pods there served nothing for "
+                   f"{duration(ev.get('node_lost_threshold_s'))} or more") + f"{back}.")
+            action = (f"Replace or repair {node} (its kubelet stopped: check the machine, its container runtime and "
+                      f"network); keep it cordoned until then, and restart {job} on healthy nodes if it did not "
+                      "recover by itself.")
+            check = f"kubectl describe node {q(node)}"
+            act = f"kubectl cordon {q(node)}"
+        elif how == "drain":
+            out.sentences.append(f"Node {node} was {'cordoned and ' if x.get('cordoned') else ''}drained at "
+                                 f"{clock(x.get('lost_at'))}: the Eviction API took {took or 'the job’s pods'}{back}.")
+            action = (f"Someone or something (kubectl drain, an autoscaler, a node-maintenance controller) evicted "
+                      f"{job}'s pods from {node}: if the maintenance is over, uncordon it; protect the job with a "
+                      "PodDisruptionBudget if evicting it mid-run was not meant.")
+            check = f"kubectl get events -A --field-selector involvedObject.name={q(node)}"
+            act = f"kubectl uncordon {q(node)}"
+        elif how == "gpus_unhealthy":
+            conds = [c for c in _list(x.get("health_conditions")) if isinstance(c, dict)]
+            out.sentences.append(
+                f"Node {node} has {x.get('gpus_allocatable')} of {x.get('gpus_capacity')} GPUs allocatable since "
+                f"{clock(x.get('lost_at'))} (the device plugin marked GPUs unhealthy) while {job} holds "
+                f"{x.get('gpus_held')} there"
+                + (f"; {conds[0].get('type')}: {conds[0].get('message')}" if conds else "") + ".")
+            action = (f"Drain {node} and have its GPU replaced or reset; restart {job} on healthy nodes (a restart on "
+                      f"{node} fails: the device is unhealthy).")
+            check = f"kubectl get node {q(node)} -o jsonpath=" + q("{.status.allocatable} {.status.conditions}")
+            act = f"kubectl drain {q(node)} --ignore-daemonsets --delete-emptydir-data"
+        elif how == "node_ended":
+            out.sentences.append(f"Node {node} ended the job's pods at {clock(x.get('lost_at'))}: {took} "
+                                 f"({x.get('message') or x.get('reason')}).")
+            action = (f"Find why {node} ended {job}'s pods (node-pressure eviction, shutdown, the node object gone) "
+                      "and fix the node before it runs the job again.")
+            check = f"kubectl describe node {q(node)}"
+            act = None
+        else:
+            out.sentences.append(f"Kueue evicted the Workload at {clock(x.get('lost_at'))}: {x.get('message')}.")
+            action = f"Kueue found the nodes of {job} unhealthy: repair or replace them; Kueue requeues the job."
+            check = _wl_condition(f, "Evicted")
+            act = None
+        out.steps.append(Step(action, check, act))
+
+
+def _gpu_throttle(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
+    tp = _throughput(_obj(ev.get("throughput")))
+    if tp:
+        out.sentences.append(tp)
+    for g in (g for g in _list(ev.get("throttled_gpus")) if isinstance(g, dict)):
+        node, gpu, uuid = g.get("node"), g.get("gpu"), g.get("uuid")
+        reasons = ", ".join(map(str, _list(g.get("reasons"))))
+        out.sentences.append(
+            f"GPU {gpu}{f' ({uuid})' if uuid else ''} on {node} ran at {number(g.get('sm_clock'))} MHz against "
+            f"{number(g.get('peers_clock'))} MHz on the job's other GPUs ({pct(g.get('clock_ratio'))})"
+            + (f", up to {number(g.get('gpu_temp'))} C" if g.get("gpu_temp") is not None else "")
+            + (f", reasons {reasons}" if reasons else "") + f", from {clock(g.get('first_at'))}; a synchronous job "
+            "runs at the pace of its slowest GPU.")
+        thermal = "thermal" in reasons or (g.get("thermal_throttle") or 0) > 0 or (g.get("gpu_temp") or 0) >= 85
+        out.steps.append(Step(
+            f"Drain {node} and reset GPU {gpu}" + (" and check the node's cooling (fans, airflow, inlet temperature)"
+                                                    if thermal else " and check its power limit and power supply")
+            + f"; restart {f.get('namespace')}/{f.get('job')} on other nodes meanwhile.",
+            f"{DEBUG.format(node=q(node))} nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {q(uuid or gpu)}",
+            f"kubectl cordon {q(node)} && kubectl drain {q(node)} --ignore-daemonsets --delete-emptydir-data"))
+
+
+def _startup(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
+    ns, first = f.get("namespace"), _obj(ev.get("first_pod"))
+    pod, reason, msg, image = first.get("pod"), str(first.get("reason") or ""), str(first.get("message") or ""), \
+        first.get("image")
+    if pod:
+        out.sentences.append(
+            f"{ev.get('pods_stuck')} pod(s) bound to nodes have not started their containers; {pod} waits "
+            f"{duration(first.get('stuck_s'))} after binding at {clock(first.get('bound_at'))}: "
+            f"{reason or 'no reason given'}" + (f" ({msg})" if msg else "") + ".")
+    if ev.get("gpus_held"):
+        out.sentences.append(f"They hold {ev['gpus_held']} GPUs idle.")
+    k = _obj(ev.get("kueue_eviction"))
+    if k:
+        out.sentences.append(f"Kueue evicted the Workload at {clock(k.get('at'))} ({k.get('reason')}: "
+                             f"{k.get('message')}) and requeues it: it will fail the same way until fixed.")
+    check = f"kubectl describe pod -n {q(ns)} {q(pod)}" if pod else _wl_condition(f, "Evicted")
+    text = f"{reason} {msg}".lower()
+    if "image" in text or "pull" in text:
+        action = (f"Fix the image reference {image or ''} (name, tag, registry) or the pull secret "
+                  f"(imagePullSecrets of the pod or its ServiceAccount) so the node can pull it.")
+        if pod:
+            check += f" && kubectl get pod -n {q(ns)} {q(pod)} -o jsonpath=" + q("{.spec.imagePullSecrets}")
+    elif "secret" in text or "configmap" in text or "couldn't find key" in text:
+        action = f"Create the missing Secret / ConfigMap (or key) the pod names: {msg}; then delete the pod."
+    elif "mount" in text or "attach" in text or "volume" in text:
+        action = "Fix the volume the pod cannot mount (the PVC, its storage class, or a ConfigMap / Secret volume)."
+    elif "sandbox" in text:
+        action = "The node cannot create the pod's sandbox (CNI, container runtime): check the node's runtime."
+    elif first.get("container") and reason in ("Error", "OOMKilled"):
+        action = f"The init container {first.get('container')} fails: read its logs and fix it."
+    else:
+        action = f"Look at why {pod or f.get('job')}'s containers do not start: its events and the kubelet's logs."
+    out.steps.append(Step(action, check, f"kubectl delete pod -n {q(ns)} {q(pod)}" if pod and first.get("immediate")
+                          else None))
+
+
+def _crash(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
+    ns, first = f.get("namespace"), _obj(ev.get("first_failure"))
+    pod, code, reason = first.get("pod"), first.get("exit_code"), first.get("reason")
+    if pod:
+        who = f"Rank {first['rank']} (pod {pod})" if first.get("rank") is not None else f"Pod {pod}"
+        what = (f"was killed by the kernel for running out of memory (OOMKilled, exit code {code})"
+                if reason == "OOMKilled" else f"exited with code {code}" + (f" ({reason})" if reason else ""))
+        out.sentences.append(f"{who} container {first.get('container')} {what} at {clock(first.get('at'))} on "
+                             f"{first.get('node')}; it was the first to fail.")
+    if ev.get("failures"):
+        out.sentences.append(f"{ev['failures']} container failure(s) in all, exit codes "
+                             f"{', '.join(map(str, _list(ev.get('exit_codes'))))}; {ev.get('restarts') or 0} restarts.")
+    if ev.get("crash_looping"):
+        out.sentences.append(f"{ev['crash_looping']} pod(s) in CrashLoopBackOff ({ev.get('crash_loop_message')}).")
+    ctl = _obj(ev.get("controller"))
+    if ctl.get("reason"):
+        out.sentences.append(f"The {ctl.get('kind')} gave up at {clock(ctl.get('at'))}: {ctl.get('reason')} "
+                             f"({ctl.get('message')}).")
+    elif ctl.get("jobset_restarts"):
+        out.sentences.append(f"The JobSet recreated its Jobs {ctl['jobset_restarts']} times.")
+    logs = (f"kubectl logs -n {q(ns)} {q(pod)} -c {q(first.get('container') or 'trainer')} --previous"
+            if pod else f"kubectl logs -n {q(ns)} {_pods_of(f)} --prefix --tail=200")
+    if reason == "OOMKilled" or ev.get("oom_kills"):
+        action = (f"Raise the memory limit of {pod or 'the pods'} (or lower the batch size / activation memory): the "
+                  "kernel killed it for exceeding its limit.")
+    elif code in (134, -6) or code == 1:
+        action = (f"Read {pod or 'the failed rank'}'s last logs (the traceback; an NCCL watchdog timeout means a "
+                  "collective hung before it crashed) and fix the error before restarting.")
+    else:
+        action = f"Read {pod or 'the failed rank'}'s logs from before it exited and fix the error before restarting."
+    out.steps.append(Step(action, logs))
+
+
+def _stalled(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
+    ns = f.get("namespace")
+    how = "reported at about 0" if ev.get("how") == "reported_zero" else "stopped reporting"
+    out.sentences.append(
+        f"Throughput {how} from {clock(ev.get('stalled_from'))} for {duration(ev.get('stalled_s'))} (last progress "
+        f"{number(ev.get('last_value'))} items/s at {clock(ev.get('last_progress_at'))}, baseline "
+        f"{number(ev.get('baseline'))}) while {ev.get('pods_running')}/{ev.get('gang_size')} pods stay Running.")
+    if ev.get("gpu_util") is not None:
+        out.sentences.append(f"Its GPUs were {number(ev['gpu_util'])} % busy meanwhile"
+                             + (" (a hung NCCL collective keeps them spinning)." if (ev["gpu_util"] or 0) > 80
+                                else "."))
+    out.steps.append(Step(
+        f"Dump the stuck ranks' Python stacks (py-spy dump) to see which collective or data step they wait in; look "
+        f"for NCCL watchdog and timeout lines in the logs; restart {ns}/{f.get('job')} from its last checkpoint if it "
+        "is hung.",
+        f"kubectl logs -n {q(ns)} {_pods_of(f)} --prefix --tail=100 | grep -iE 'nccl|watchdog|timeout'"))
+
+
+CLASSES = {"gpu_fault": _gpu_fault, "node_failure": _node_failure, "interconnect_degradation": _interconnect,
+           "gpu_throttle": _gpu_throttle, "preemption": _preemption, "admission_quota": _admission_quota,
+           "admission_topology": _admission_topology, "gang_assembly": _gang, "startup_failure": _startup,
+           "workload_crash": _crash, "topology_misplacement": _misplacement, "training_stalled": _stalled,
+           "unexplained_slowdown": _slowdown}
+
 
 
 def explain(finding: dict[str, Any]) -> Explained:

@@ -9,6 +9,7 @@ exactly once, replay, the run service), not every test that happens to need a br
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -17,9 +18,14 @@ import pytest
 
 from gangscope import config
 from gangscope.transport.broker import EmbeddedBroker
-from tests.servers import alertmanager, kafka, postgres, prometheus
+from tests.servers import alertmanager, kafka, kubernetes, postgres, prometheus
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+# Upstream object and metric shapes, copied into the clone with their sources (tests/fixtures/reference/README.md).
+REFERENCE = Path(__file__).resolve().parent / "fixtures" / "reference"
+# No test watches the developer's own cluster by accident: `run` without `collectors` looks for a kubeconfig (or the
+# in-cluster service account). Tests that want one name it.
+os.environ["KUBECONFIG"] = str(Path(tempfile.gettempdir()) / "gangscope-tests-no-kubeconfig")
+os.environ.pop("KUBERNETES_SERVICE_HOST", None)
 
 
 BROKERS = ("tansu", "kafka")
@@ -44,13 +50,34 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
+# Tests whose binaries .ci/run builds in the background (tests/servers/gobuild.py): last, so the build has the
+# whole run to finish; the real control plane's files (tests/k8s_real/) in one worker, so one control plane starts.
+LAST = ("/tests/k8s_real/", "/tests/deploy/test_helm_chart.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The live end-to-end files first (minutes each, mostly waiting on simulated time), then the other files
-    largest first: with the workers of ``-n 2 --dist loadfile`` the long ones run beside the rest."""
+    largest first: with the workers of ``-n 2 --dist loadfile`` the long ones run beside the rest; the tests that
+    wait for the background Go build last."""
     per_file: dict[Path, int] = {}
     for item in items:
         per_file[item.path] = per_file.get(item.path, 0) + 1
-    items.sort(key=lambda item: ("/tests/e2e/" not in str(item.path), -per_file[item.path]))
+    items.sort(key=lambda item: (any(x in str(item.path) for x in LAST), "/tests/e2e/" not in str(item.path),
+                                 -per_file[item.path]))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` with tests/k8s_real/ as one unit: both its files share one control plane (a session
+    fixture per worker would start two)."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/k8s_real" if nodeid.startswith("tests/k8s_real/") else super()._split_scope(nodeid)
+
+    return Scheduling(config, log)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -104,10 +131,18 @@ def offline_settings(tmp_path: Path) -> config.Settings:
 
 @pytest.fixture(scope="session")
 def reference() -> Path:
-    """../shared/reference: real objects and metric listings the fixtures are built from."""
-    if not REFERENCE.is_dir():
-        pytest.skip(f"reference data not found at {REFERENCE}")
+    """tests/fixtures/reference: real objects and metric listings the fixtures are built from."""
     return REFERENCE
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[kubernetes.KubeCluster]:
+    """A real Kubernetes 1.37 control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok, Kueue) on
+    free loopback ports, one per session (per worker); tests keep to their own namespaces. Its binaries come from
+    ``.ci/build-kubernetes``: without them the ``kubernetes`` tests skip, except in CI."""
+    cluster = _started(kubernetes.start)
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,8 @@ import os
 import ssl
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -23,6 +25,63 @@ import urllib3
 from gangscope.errors import UserError
 
 log = logging.getLogger(__name__)
+
+
+SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the credentials come from, as the startup summary and ``gangscope check`` name them."""
+
+    kind: str  # "kubeconfig" or "in-cluster"
+    path: str | None = None  # the kubeconfig file(s)
+    context: str | None = None
+    cluster: str | None = None
+    user: str | None = None
+    server: str | None = None
+
+    def describe(self) -> str:
+        if self.kind == "in-cluster":
+            return f"in-cluster service account ({self.server or 'KUBERNETES_SERVICE_HOST'})"
+        return f'kubeconfig {self.path} context "{self.context}" (cluster {self.cluster}, user {self.user})'
+
+
+def _in_cluster(kubeconfig: str | None, context: str | None) -> bool:
+    return not kubeconfig and not context and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def find_credentials(kubeconfig: str | None = None, context: str | None = None) -> Source | None:
+    """The credentials ``Client.from_config`` would use, or None when there are none: an explicit or default
+    kubeconfig (``$KUBECONFIG``, ~/.kube/config) with a current (or the named) context, or the in-cluster service
+    account. Reads files only; nothing is asked of a server."""
+    if _in_cluster(kubeconfig, context) and os.path.exists(SA_TOKEN):
+        host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        return Source("in-cluster", server=f"https://{host}:{port}")
+    from kubernetes import config as kconfig
+
+    paths = [os.path.expanduser(p) for p in (kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config")
+             .split(os.pathsep) if p]
+    if not any(os.path.isfile(p) for p in paths):
+        return None
+    try:
+        contexts, active = kconfig.list_kube_config_contexts(config_file=kubeconfig)
+    except (kconfig.ConfigException, OSError, ValueError):
+        return None
+    chosen = next((c for c in contexts or [] if c.get("name") == context), None) if context else active
+    if not chosen:
+        return None
+    ctx = chosen.get("context") or {}
+    server = None
+    for p in (p for p in paths if os.path.isfile(p)):
+        with contextlib.suppress(Exception):  # the loader read it already; this only looks up the server's URL
+            import yaml
+
+            doc = yaml.safe_load(Path(p).read_text(encoding="utf-8")) or {}
+            server = server or next((c.get("cluster", {}).get("server") for c in doc.get("clusters") or []
+                                     if c.get("name") == ctx.get("cluster")), None)
+    return Source("kubeconfig", os.pathsep.join(p for p in paths if os.path.isfile(p)), chosen.get("name"),
+                  ctx.get("cluster"), ctx.get("user"), server)
 
 
 class ApiError(Exception):
@@ -50,6 +109,8 @@ class Client:
     ) -> None:
         self.host = host.rstrip("/")
         self._auth = auth
+        # The TLS settings, for whoever reaches the same server otherwise (the scraper through the pod proxy).
+        self.ca_file, self.cert_file, self.key_file, self.verify = ca_file, cert_file, key_file, verify
         kw: dict[str, Any] = {"maxsize": maxsize, "block": False, "retries": False}
         if self.host.startswith("https"):
             kw["cert_reqs"] = ssl.CERT_REQUIRED if verify else ssl.CERT_NONE
@@ -75,7 +136,7 @@ class Client:
         if kubeconfig and not os.path.exists(os.path.expanduser(kubeconfig)):
             raise UserError(f"kubeconfig {kubeconfig} does not exist")
         try:
-            if not kubeconfig and not context and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            if _in_cluster(kubeconfig, context):
                 kconfig.load_incluster_config(client_configuration=cfg)
             else:
                 kconfig.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
@@ -93,12 +154,39 @@ class Client:
         return cls(cfg.host, auth=auth, ca_file=cfg.ssl_ca_cert, cert_file=cfg.cert_file, key_file=cfg.key_file,
                    verify=cfg.verify_ssl, server_hostname=cfg.tls_server_name)
 
+    def authorization(self) -> str | None:
+        """The ``Authorization`` header value of the next request (renewed tokens included); never logged."""
+        return self._auth()
+
     def _headers(self) -> dict[str, str]:
         h = {"Accept": "application/json", "User-Agent": "gangscope"}
         token = self._auth()
         if token:
             h["Authorization"] = token
         return h
+
+    def post_json(self, path: str, body: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
+        """POST a JSON object (the review APIs: SelfSubjectReview, SelfSubjectAccessReview); its JSON answer."""
+        try:
+            resp = self._pool.request("POST", self.host + path, body=json.dumps(body).encode(),
+                                      headers={**self._headers(), "Content-Type": "application/json"},
+                                      timeout=urllib3.Timeout(connect=10, read=timeout_s), redirect=False)
+        except urllib3.exceptions.HTTPError as e:
+            raise ApiError(0, f"POST {path}: {e}") from None
+        if resp.status >= 400:
+            raise ApiError(resp.status, f"POST {path}: {_status_message(resp.data)}")
+        try:
+            return json.loads(resp.data)
+        except ValueError as e:
+            raise ApiError(0, f"POST {path}: response is not JSON: {e}") from None
+
+    def get_with_date(self, path: str, timeout_s: float = 10.0) -> tuple[dict[str, Any], str | None]:
+        """GET a JSON document and the server's ``Date`` header (its clock, to the second)."""
+        resp = self._request(path, None, urllib3.Timeout(connect=min(10.0, timeout_s), read=timeout_s), stream=False)
+        try:
+            return json.loads(resp.data), resp.headers.get("Date")
+        except ValueError as e:
+            raise ApiError(0, f"GET {path}: response is not JSON: {e}") from None
 
     def _url(self, path: str, params: dict[str, Any] | None) -> str:
         return self.host + path + ("?" + urlencode(params) if params else "")

@@ -23,7 +23,7 @@ class K8sCollector:
     """Runs reflectors for every kind of CONTRACT section 2 the server serves, into ``sink``."""
 
     def __init__(self, settings: Settings, client: Client, sink: Sink, *, watch_timeout_s: float = 300.0,
-                 backoff_base_s: float = 0.5) -> None:
+                 backoff_base_s: float = 0.5, announce: bool = True) -> None:
         self.settings = settings
         self.client = client
         self.sink = sink
@@ -33,6 +33,8 @@ class K8sCollector:
         self.active: dict[str, tuple[Resource, list[Reflector], threading.Event]] = {}
         self.threads: list[threading.Thread] = []
         self._skipped: set[str] = set()
+        # False: the first round's "watching" / "skipping" lines are debug (``run``'s startup summary said them).
+        self._say = log.info if announce else log.debug
 
     def discover(self) -> None:
         """One discovery round: start reflectors for newly served kinds, stop those gone or superseded."""
@@ -48,7 +50,7 @@ class K8sCollector:
                 del self.active[name]
             if res is None:
                 if name not in self._skipped:
-                    log.info("skipping %s: not served by the API server (will look again)", name)
+                    self._say("skipping %s: not served by the API server (will look again)", name)
                     self._skipped.add(name)
                 continue
             self._skipped.discard(name)
@@ -67,16 +69,30 @@ class K8sCollector:
             t = threading.Thread(target=r.run, name=f"watch-{res.id}-{r.namespace or 'all'}", daemon=True)
             t.start()
             self.threads.append(t)
-        log.info("watching %s %s%s", res.api_version, res.kind,
-                 f" in {', '.join(n for n in namespaces if n)}" if namespaces else "")
+        self._say("watching %s %s%s", res.api_version, res.kind,
+                  f" in {', '.join(n for n in namespaces if n)}" if namespaces else "")
         self.active[name] = (res, reflectors, stop)
 
-    def run(self, stop: threading.Event) -> None:
-        """Discover (failing fast if the API server cannot be reached at all), then re-discover until ``stop``."""
-        try:
-            self.discover()
-        except ApiError as e:
-            raise UserError(f"cannot reach the Kubernetes API server at {self.client.host}: {e}") from None
+    def run(self, stop: threading.Event, patient: bool = False) -> None:
+        """Discover, then re-discover until ``stop``. The API server unreachable at the start fails at once, or,
+        ``patient`` (``run``'s default collectors), is said once and tried again until it answers."""
+        retry_s = min(30.0, self.settings.k8s.discovery_interval_s)
+        waited = False
+        while True:
+            try:
+                self.discover()
+                break
+            except ApiError as e:
+                if not patient:
+                    raise UserError(f"cannot reach the Kubernetes API server at {self.client.host}: {e}") from None
+                waited = True
+                if stop.wait(retry_s):
+                    self.close()
+                    return
+        if waited:
+            log.info("the Kubernetes API server at %s answers now: watching %s", self.client.host,
+                     ", ".join(f"{r.kind} {r.api_version}" for r, _, _ in self.active.values()) or "nothing")
+        self._say = log.info
         while not stop.wait(self.settings.k8s.discovery_interval_s):
             try:
                 self.discover()
@@ -111,7 +127,9 @@ def locked(sink: Sink) -> Sink:
     return call
 
 
-def run(settings: Settings, publisher: Any, stop: threading.Event, client: Client | None = None) -> None:
-    """Entry point for ``gangscope run``: watch until ``stop`` is set, publishing every event."""
+def run(settings: Settings, publisher: Any, stop: threading.Event, client: Client | None = None,
+        patient: bool = False) -> None:
+    """Entry point for ``gangscope run``: watch until ``stop`` is set, publishing every event. ``patient``: the
+    startup summary named the kinds and any unreachable server, so this collector waits for it quietly."""
     client = client or Client.from_config(settings.k8s.kubeconfig, settings.k8s.context)
-    K8sCollector(settings, client, locked(publisher.publish)).run(stop)
+    K8sCollector(settings, client, locked(publisher.publish), announce=not patient).run(stop, patient=patient)

@@ -107,6 +107,9 @@ class Reflector:
                     need_list = True
                     if failures == 1:
                         continue  # relist at once the first time, back off if it keeps happening
+                elif e.status == 403:  # RBAC: the other kinds keep flowing; this one waits for the permission
+                    log.error("%s: %s; the collector's role needs get, list and watch on %s (deploy/kubernetes/"
+                              "rbac.yaml); retrying", self, e, self.resource.id)
                 else:
                     log.warning("%s: %s; retrying", self, e)
             except Exception:  # a bug must not end the watch for good: log, back off, relist

@@ -31,13 +31,13 @@ import time
 from collections.abc import Iterator
 from itertools import islice
 
-from collectors.metrics.parse import parse_text
+from collectors.metrics.parse import Parsed, parse_text
 from gangscope.errors import UserError
 from gangscope.records import ScrapeBatch
 from gangscope.timesanity import DEFAULT_SKEW_S, EARLIEST_MS, check_ms
 
 SLICE_LINES = 20_000
-_OM_ONLY = re.compile(r"^# (EOF\s*$|UNIT |TYPE \S+ (info|stateset|gaugehistogram|unknown)\s*$)", re.M)
+_OM_ONLY = re.compile(r'^# (EOF\s*$|UNIT |TYPE (\S+|"(?:[^"\\]|\\.)*") (info|stateset|unknown)\s*$)', re.M)
 
 
 def _first_timestamp(head: str) -> str | None:
@@ -63,6 +63,14 @@ def sniff_format(head: str) -> str:
     return "text"
 
 
+def parse_slice(text: str, fmt: str, first_line: int, require_timestamps: bool = True) -> Parsed:
+    """How a replay file's slice of lines is parsed: as a live scrape is, except that every sample needs its
+    timestamp, ``# HELP``/``# TYPE`` may repeat (a file holds many scrapes) and ``# EOF`` ends the file, not
+    the slice."""
+    return parse_text(text, require_timestamps=require_timestamps, first_line=first_line, fmt=fmt,
+                      eof_required=False, one_exposition=False)
+
+
 def _batch_key(b: ScrapeBatch) -> tuple[int, str, str]:
     return (b.scraped_at_ms, b.job, b.instance)
 
@@ -85,7 +93,8 @@ def read_metrics_file(
     path = os.fspath(path)
     default_id = os.path.basename(path).split(".", 1)[0] or "replay"
     try:
-        f = open(path, encoding="utf-8", errors="strict", newline="\n")  # noqa: SIM115 - `with f` below
+        # Bytes that are not UTF-8 stay surrogates: the parser names the exact line that holds them.
+        f = open(path, encoding="utf-8", errors="surrogateescape", newline="\n")  # noqa: SIM115 - `with f` below
     except OSError as e:
         raise UserError(f"{path}: cannot open: {e.strerror}") from None
     pending: dict[tuple[str, str, int], ScrapeBatch] = {}
@@ -109,10 +118,7 @@ def read_metrics_file(
         fmt: str | None = None
         eof_line = 0  # OpenMetrics: line of the # EOF seen so far (nothing may follow it)
         while True:
-            try:
-                lines = list(islice(f, SLICE_LINES))
-            except UnicodeDecodeError as e:
-                raise UserError(f"{path}: not UTF-8 text near line {first_line}: {e.reason}") from None
+            lines = list(islice(f, SLICE_LINES))
             if not lines:
                 break
             # A line of the slice may end without "\n" only at end of file; join keeps numbering exact.
@@ -121,7 +127,7 @@ def read_metrics_file(
                 fmt = sniff_format(text)
             if eof_line and text.strip():
                 raise UserError(f"{path}:{eof_line}: content after # EOF")
-            parsed = parse_text(text, require_timestamps=True, first_line=first_line, fmt=fmt, eof_required=False)
+            parsed = parse_slice(text, fmt, first_line)
             if fmt == "openmetrics":
                 last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
                 if last is not None and lines[last].strip() == "# EOF":

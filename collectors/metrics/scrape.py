@@ -7,11 +7,14 @@ is somehow still running when its next round starts is skipped for that round (r
 a failed scrape), so nothing piles up. Every scrape, good or failed, yields one
 ``ScrapeBatch`` whose ``up``/``duration_s``/``error`` are the scrape-health record.
 
-A scrape is whole or failed, as in Prometheus: the body is read to its end (chunked, gzip)
-up to ``max_body_bytes``, the format is negotiated like Prometheus does (OpenMetrics 1.0
-preferred, text 0.0.4 as fallback) and parsed by the ``Content-Type`` the target answered.
-An over-limit, empty or non-UTF-8 body, another content type, a timeout or a single broken
-line fails the whole scrape: ``up=False`` with the reason in ``error``, and no samples.
+The body is read to its end (chunked, gzip) up to ``max_body_bytes``, the format is negotiated
+like Prometheus does (OpenMetrics 1.0 preferred, text 0.0.4 as fallback) and parsed by the
+``Content-Type`` the target answered. A body that cannot be trusted as a whole (over the limit,
+empty, cut short, OpenMetrics without ``# EOF``, another content type, a timeout) fails the
+scrape: ``up=False`` with the reason in ``error``, and no samples. A broken *line* does not:
+unlike Prometheus, which drops the whole scrape, the good lines land and ``error`` names the
+broken ones (``up`` stays true), so one bad line of an exporter does not blind gangscope to a
+node (docs/collectors-metrics.md, "Broken lines").
 """
 
 from __future__ import annotations
@@ -61,17 +64,38 @@ def body_format(content_type: str | None) -> str:
     raise ScrapeFailed(f"unsupported content type {media!r} (expected text/plain or application/openmetrics-text)")
 
 
+def decode_body(body: bytes) -> str:
+    """A response body as text; bytes that are not UTF-8 stay as surrogates, so the parser refuses
+    exactly the lines that hold them (and names them) instead of the whole body."""
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return body.decode("utf-8", "surrogateescape")
+
+
 def parse_scrape(text: str, fmt: str, *, cluster: str, target: str, job: str, instance: str, scraped_at_ms: int,
                  fetch_s: float, labels: dict[str, str]) -> ScrapeBatch:
-    """One fetched body as a ScrapeBatch: all its samples, or none and ``up=False`` if any line is broken."""
+    """One fetched body as a ScrapeBatch: the samples of its good lines, ``error`` naming the broken ones
+    (``up`` stays true); none and ``up=False`` for OpenMetrics without ``# EOF`` (the body may be cut) or a
+    body without one good line (an HTML page sent as text/plain)."""
+    return _parse_scrape(text, fmt, cluster=cluster, target=target, job=job, instance=instance,
+                         scraped_at_ms=scraped_at_ms, fetch_s=fetch_s, labels=labels)[0]
+
+
+def _parse_scrape(text: str, fmt: str, *, cluster: str, target: str, job: str, instance: str, scraped_at_ms: int,
+                  fetch_s: float, labels: dict[str, str]) -> tuple[ScrapeBatch, list[str]]:
+    """``parse_scrape`` and the parser's warnings (native histograms skipped, repeated timestamps dropped)."""
     t0 = time.perf_counter()
     parsed = parse_text(text, fmt=fmt)
-    if parsed.errors:
+    if parsed.cut or (parsed.errors and not parsed.value):  # maybe cut short, or not one good line
         return ScrapeBatch(cluster=cluster, target=target, job=job, instance=instance, scraped_at_ms=scraped_at_ms,
                            up=False, duration_s=fetch_s + (time.perf_counter() - t0),
-                           error=f"parse error ({fmt}): {parsed.error_summary()}")
-    return to_batch(parsed, cluster=cluster, target=target, job=job, instance=instance, scraped_at_ms=scraped_at_ms,
-                    duration_s=fetch_s + (time.perf_counter() - t0), extra_labels=labels)
+                           error=f"parse error ({fmt}): {parsed.error_summary()}"), []
+    b = to_batch(parsed, cluster=cluster, target=target, job=job, instance=instance, scraped_at_ms=scraped_at_ms,
+                 duration_s=fetch_s + (time.perf_counter() - t0), extra_labels=labels)
+    if parsed.errors:
+        b.error = f"parse error ({fmt}): {parsed.error_summary()}; the other lines landed"
+    return b, [reason for _, reason in parsed.warnings]
 
 
 def by_own_target(b: ScrapeBatch) -> list[ScrapeBatch]:
@@ -103,13 +127,13 @@ def by_own_target(b: ScrapeBatch) -> list[ScrapeBatch]:
 
 def _parse_encode(text: str, fmt: str, cluster: str, target: str, job: str, instance: str, scraped_at_ms: int,
                   fetch_s: float, labels: dict[str, str], skew_s: float = DEFAULT_SKEW_S,
-                  ) -> tuple[bytes, int, bool, str | None, float, ScrapeBatch | None]:
+                  ) -> tuple[bytes, int, bool, str | None, float, ScrapeBatch | None, list[str]]:
     """Worker side: parse and encode one scrape; returns (record bytes, samples, up, error, duration_s, refused:
-    the samples time sanity took out, or None)."""
-    b = parse_scrape(text, fmt, cluster=cluster, target=target, job=job, instance=instance,
-                     scraped_at_ms=scraped_at_ms, fetch_s=fetch_s, labels=labels)
+    the samples time sanity took out, or None, warnings)."""
+    b, warnings = _parse_scrape(text, fmt, cluster=cluster, target=target, job=job, instance=instance,
+                                scraped_at_ms=scraped_at_ms, fetch_s=fetch_s, labels=labels)
     refused = split_refused(b, scraped_at_ms, skew_s) if b.up else None
-    return b.to_bytes(), len(b.sample_value), b.up, b.error, b.duration_s, refused
+    return b.to_bytes(), len(b.sample_value), b.up, b.error, b.duration_s, refused, warnings
 
 
 def worker_pool(workers: int) -> ProcessPoolExecutor:
@@ -134,7 +158,7 @@ def _ssl_context(t: Target) -> ssl.SSLContext | bool | None:
 
 
 _KINDS = (("timeout", "timeout"), ("HTTP ", "http_status"), ("body of ", "body_too_large"),
-          ("body exceeds", "body_too_large"), ("empty body", "empty_body"), ("body is not UTF-8", "not_utf8"),
+          ("body exceeds", "body_too_large"), ("empty body", "empty_body"),
           ("unsupported content type", "content_type"), ("parse error", "parse_error"), ("skipped", "skipped"),
           ("ClientPayloadError", "body_cut"))
 
@@ -169,6 +193,7 @@ class Scraper:
         self._ssl: dict[Target, Any] = {}
         self._inflight: set[str] = set()
         self._refused_logged: set[str] = set()
+        self._warned: set[tuple[str, str]] = set()
         self.rounds = 0
         self.samples = 0
         self.failures = 0
@@ -186,6 +211,9 @@ class Scraper:
             self._session = None
 
     def _headers(self, t: Target) -> dict[str, str] | None:
+        if t.authorization is not None:  # the API server's credentials (pod proxy), renewed by its loader
+            value = t.authorization()
+            return {"Authorization": value} if value else None
         if not t.bearer_token_file:
             return None
         # Read per scrape: projected service-account tokens rotate. Never logged.
@@ -214,10 +242,7 @@ class Scraper:
                     raise ScrapeFailed(f"body exceeds the limit of {limit} bytes")
             if not body.strip():
                 raise ScrapeFailed("empty body")
-            try:
-                return body.decode("utf-8"), fmt
-            except UnicodeDecodeError as e:
-                raise ScrapeFailed(f"body is not UTF-8 (byte {e.start})") from None
+            return decode_body(bytes(body)), fmt
 
     async def scrape_one(self, t: Target) -> ScrapeBatch:
         """Scrape, parse and emit one target; never raises (a failure is an ``up=False`` batch)."""
@@ -239,9 +264,11 @@ class Scraper:
             batch = self._failed(t, start_ms, time.perf_counter() - t0, f"{type(e).__name__}: {e}"[:500])
         else:
             batch = refused = None
+            warnings: list[str] = []
             if self.pool is not None and not t.honor_labels:
                 try:
-                    encoded, samples, up, error, duration_s, refused = await asyncio.get_running_loop().run_in_executor(
+                    loop = asyncio.get_running_loop()
+                    encoded, samples, up, error, duration_s, refused, warnings = await loop.run_in_executor(
                         self.pool, _parse_encode, text, fmt, self.cluster, t.name, t.job, t.instance, start_ms,
                         time.perf_counter() - t0, t.labels, self.skew_s)
                 except Exception as e:  # a broken pool (worker killed): parse here from now on
@@ -253,10 +280,15 @@ class Scraper:
                                                scraped_at_ms=start_ms, up=up, duration_s=duration_s, error=error)
                     batch.encoded, batch.samples = encoded, samples
             if batch is None:
-                batch = parse_scrape(text, fmt, cluster=self.cluster, target=t.name, job=t.job, instance=t.instance,
-                                     scraped_at_ms=start_ms, fetch_s=time.perf_counter() - t0, labels=t.labels)
+                batch, warnings = _parse_scrape(text, fmt, cluster=self.cluster, target=t.name, job=t.job,
+                                                instance=t.instance, scraped_at_ms=start_ms,
+                                                fetch_s=time.perf_counter() - t0, labels=t.labels)
                 refused = split_refused(batch, start_ms, self.skew_s) if batch.up else None
                 samples = len(batch.sample_value)
+            for w in warnings:  # once per target and reason (native histograms, repeated timestamps)
+                if (t.url, w) not in self._warned:
+                    self._warned.add((t.url, w))
+                    log.warning("scrape of %s (job %s): %s", t.name, t.job, w)
             if refused is not None:  # time sanity: these samples land as a dead letter with the reason
                 if t.url not in self._refused_logged:  # once per target; the count is in /metrics
                     self._refused_logged.add(t.url)
@@ -278,7 +310,11 @@ class Scraper:
     def _health(self, t: Target, batch: ScrapeBatch) -> None:
         """Count and log a scrape's outcome: a failure once when it starts or its reason changes, and the recovery."""
         before = self._last_error.get(t.url)
-        if batch.up:
+        if batch.up and batch.error:  # broken lines refused, the others landed
+            if before != batch.error:
+                log.warning("scrape of %s (job %s): %s", t.name, t.job, batch.error)
+            self._last_error[t.url] = batch.error
+        elif batch.up:
             if before:
                 log.info("scrape of %s (job %s) works again", t.name, t.job)
             self._last_error[t.url] = None
@@ -336,17 +372,21 @@ class Scraper:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def target_source(settings: Any, client: Any = None) -> Callable[[], list[Target]]:
+def target_source(settings: Any, client: Any = None, failing: set[str] | None = None) -> Callable[[], list[Target]]:
     """A function returning the current targets: the static ones plus what discovery finds now.
 
     Validates the configuration at once (a bad entry is a ``UserError`` before any scraping).
     ``client`` (a ``collectors.k8s.client.Client``) is made from ``settings.k8s`` when discovery needs one.
+    ``failing``: discovery jobs already known to fail (``run``'s summary said the server is unreachable), so the
+    first failure is not said again.
     """
+    from collectors.k8s.client import find_credentials
     from collectors.metrics.targets import discover, discovery_rules, static_targets
     from gangscope.errors import UserError
 
     static = static_targets(settings)
-    rules = discovery_rules(settings)
+    found = find_credentials(settings.k8s.kubeconfig, settings.k8s.context)
+    rules = discovery_rules(settings, in_cluster=found is not None and found.kind == "in-cluster")
     if not static and not rules:
         raise UserError("no metrics targets: set metrics.targets (url, job) and/or metrics.discovery (job, "
                         "label_selector, port) in the config file; see docs/collectors-metrics.md")
@@ -354,9 +394,10 @@ def target_source(settings: Any, client: Any = None) -> Callable[[], list[Target
         from collectors.k8s.client import Client
 
         client = Client.from_config(settings.k8s.kubeconfig, settings.k8s.context)
+    failing = set() if failing is None else failing
 
     def current() -> list[Target]:
-        found = discover(rules, client) if rules else []
+        found = discover(rules, client, failing) if rules else []
         seen = {t.url for t in static}
         return static + [t for t in found if t.url not in seen and not seen.add(t.url)]  # type: ignore[func-returns-value]
 
@@ -366,7 +407,8 @@ def target_source(settings: Any, client: Any = None) -> Callable[[], list[Target
 AUTO_WORKERS_MIN_TARGETS = 100
 
 
-def serve(settings: Any, emit: Emit, stop: Any, client: Any = None, refresh_s: float = 60.0) -> None:
+def serve(settings: Any, emit: Emit, stop: Any, client: Any = None, refresh_s: float = 60.0,
+          failing: set[str] | None = None) -> None:
     """Scrape until the ``threading.Event`` ``stop`` is set (``collect metrics``, ``run``); blocks.
 
     Runs its own asyncio loop in the calling thread; ``emit`` is called from that thread. With
@@ -374,7 +416,7 @@ def serve(settings: Any, emit: Emit, stop: Any, client: Any = None, refresh_s: f
     encoding run in worker processes and ``emit`` gets ``EncodedScrapeBatch``es: pass a publisher's
     ``publish``, not something that reads the samples.
     """
-    targets = target_source(settings, client)
+    targets = target_source(settings, client, failing)
     workers = settings.metrics.parse_workers
     if workers is None:
         cores = os.cpu_count() or 1

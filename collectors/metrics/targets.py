@@ -1,7 +1,11 @@
 """Scrape targets: static ones from ``metrics.targets``, and exporter pods found through the API server.
 
 Discovery behaves like a Prometheus ``kubernetes_sd`` pod role with the usual relabelling:
-each Running pod with an IP becomes ``<scheme>://<podIP>:<port><path>``; its samples get a
+each Running pod with an IP becomes ``<scheme>://<podIP>:<port><path>`` (``via: pod_ip``), or, from
+outside the cluster where pod IPs cannot be reached, the API server's proxy of that pod
+(``via: apiserver``: ``<server>/api/v1/namespaces/<ns>/pods/[https:]<pod>:<port>/proxy<path>``, with the
+kubeconfig's credentials; the ``instance`` stays ``<podIP>:<port>``); ``auto`` (the default,
+``metrics.discovery_via``) is the first in a pod and the second elsewhere. Its samples get a
 ``node`` label (``spec.nodeName``), and for ``pod_labels`` jobs (by default ``training``
 and ``ray``: the job's own endpoints) also ``pod`` and ``namespace``, unless the exporter
 already wrote those labels itself (``honor_labels: true``). That is how a training job's
@@ -11,7 +15,7 @@ throughput samples find their pod and so their job.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -41,7 +45,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 _TLS_KEYS = ("ca_file", "cert_file", "key_file", "insecure_skip_verify")
 _STATIC_KEYS = {"url", "job", "interval_s", "timeout_s", "bearer_token_file", "labels", "honor_labels", *_TLS_KEYS}
 _DISCOVERY_KEYS = {"job", "namespace", "label_selector", "port", "path", "scheme", "interval_s", "timeout_s",
-                   "bearer_token_file", "pod_labels", "annotation_scrape", *_TLS_KEYS}
+                   "bearer_token_file", "pod_labels", "annotation_scrape", "via", *_TLS_KEYS}
+VIAS = ("auto", "pod_ip", "apiserver")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,10 @@ class Target:
     labels: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     # Samples that carry their own job/instance keep them as their target (a /federate endpoint serves many).
     honor_labels: bool = False
+    # Prometheus' __address__ when the URL is not the endpoint's own (the API server's pod proxy): podIP:port.
+    address: str | None = None
+    # The Authorization header of each scrape, asked anew each time (the kubeconfig's renewed token). Never logged.
+    authorization: Callable[[], str | None] | None = field(default=None, hash=False, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -68,7 +77,9 @@ class Target:
 
     @property
     def instance(self) -> str:
-        """``host:port`` of the URL, as Prometheus sets ``instance``."""
+        """``host:port`` of the URL (of the pod behind a proxy URL), as Prometheus sets ``instance``."""
+        if self.address:
+            return self.address
         parts = urlsplit(self.url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         host = parts.hostname or ""
@@ -168,10 +179,11 @@ class DiscoveryRule:
     pod_labels: bool
     annotation_scrape: bool
     common: dict[str, Any]
+    via: str = "pod_ip"  # pod_ip or apiserver (auto resolved by discovery_rules)
 
 
-def discovery_rules(settings: Settings) -> list[DiscoveryRule]:
-    """``metrics.discovery`` merged over the job presets, validated."""
+def discovery_rules(settings: Settings, in_cluster: bool = False) -> list[DiscoveryRule]:
+    """``metrics.discovery`` merged over the job presets, validated; ``via: auto`` resolved for where we run."""
     out: list[DiscoveryRule] = []
     for i, raw in enumerate(settings.metrics.discovery):
         where = f"metrics.discovery[{i}]"
@@ -193,10 +205,14 @@ def discovery_rules(settings: Settings) -> list[DiscoveryRule]:
         selector = entry.get("label_selector", "")
         if not isinstance(selector, str):
             raise UserError(f"{where}.label_selector: expected a string such as app=dcgm-exporter")
+        via = entry.get("via", settings.metrics.discovery_via)
+        if via not in VIAS:
+            raise UserError(f"{where}.via: expected {', '.join(VIAS)}, got {via!r}")
         out.append(DiscoveryRule(
             job=job, namespace=entry.get("namespace") or None, label_selector=selector, port=port, path=path,
             scheme=scheme, pod_labels=bool(entry.get("pod_labels", job in ("training", "ray"))),
             annotation_scrape=annotation, common=_common(entry, settings, where),
+            via=("pod_ip" if in_cluster else "apiserver") if via == "auto" else via,
         ))
     return out
 
@@ -206,8 +222,23 @@ class PodLister(Protocol):
         ...
 
 
-def pod_targets(rule: DiscoveryRule, pods: Iterable[dict[str, Any]]) -> list[Target]:
-    """Targets for the Running pods of one rule (pure: tests feed it real-shaped PodLists)."""
+class ApiServerProxy(Protocol):
+    """What a pod-proxy target needs of the API client: its URL, credentials and TLS settings."""
+
+    host: str
+    ca_file: str | None
+    cert_file: str | None
+    key_file: str | None
+    verify: bool
+
+    def authorization(self) -> str | None:
+        ...
+
+
+def pod_targets(rule: DiscoveryRule, pods: Iterable[dict[str, Any]],
+                proxy: ApiServerProxy | None = None) -> list[Target]:
+    """Targets for the Running pods of one rule (pure: tests feed it real-shaped PodLists); with ``proxy`` and
+    ``rule.via == "apiserver"``, through the API server's pod proxy."""
     out: list[Target] = []
     for pod in pods:
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
@@ -235,23 +266,45 @@ def pod_targets(rule: DiscoveryRule, pods: Iterable[dict[str, Any]]) -> list[Tar
         if rule.pod_labels:
             labels["pod"] = meta.get("name", "")
             labels["namespace"] = meta.get("namespace", "")
+        if rule.via == "apiserver" and proxy is not None:
+            pod = f"{'https:' if rule.scheme == 'https' else ''}{meta.get('name')}:{port}"
+            common = {**rule.common, "bearer_token_file": None, "ca_file": proxy.ca_file,
+                      "cert_file": proxy.cert_file, "key_file": proxy.key_file,
+                      "insecure_skip_verify": not proxy.verify}
+            out.append(Target(url=f"{proxy.host}/api/v1/namespaces/{meta.get('namespace')}/pods/{pod}/proxy{path}",
+                              job=rule.job, labels=labels, address=f"{host}:{port}",
+                              authorization=proxy.authorization, **common))
+            continue
         out.append(Target(url=f"{rule.scheme}://{host}:{port}{path}", job=rule.job, labels=labels, **rule.common))
     return out
 
 
-def discover(rules: list[DiscoveryRule], client: PodLister) -> list[Target]:
+def discover(rules: list[DiscoveryRule], client: PodLister, failing: set[str] | None = None) -> list[Target]:
     """List the pods of every rule from the API server and turn them into targets.
 
-    A rule whose listing fails keeps no targets this time and logs one line; the others go on.
+    A rule whose listing fails keeps no targets this time and logs one line (once while it keeps failing, when
+    ``failing`` carries the state between calls); the others go on.
     """
     out: list[Target] = []
+    proxy = client if all(hasattr(client, a) for a in ("host", "ca_file", "authorization")) else None
+    failed: dict[str, str] = {}
     for rule in rules:
         path = f"/api/v1/namespaces/{rule.namespace}/pods" if rule.namespace else "/api/v1/pods"
         params = {"labelSelector": rule.label_selector} if rule.label_selector else {}
         try:
             doc = client.get_json(path, params, timeout_s=30.0)
         except Exception as e:  # one rule's failure must not stop the others
-            log.warning("discovery of job %s (%s %s) failed: %s", rule.job, path, rule.label_selector, e)
+            failed[rule.job] = f"{path} {rule.label_selector}: {e}"
             continue
-        out.extend(pod_targets(rule, doc.get("items") or []))
+        if failing is not None and rule.job in failing:
+            failing.discard(rule.job)
+            log.info("discovery of job %s works again", rule.job)
+        out.extend(pod_targets(rule, doc.get("items") or [], proxy))  # type: ignore[arg-type]
+    new = [job for job in failed if failing is None or job not in failing]
+    if new:  # one line for the round (an unreachable server fails every rule alike)
+        log.warning("discovery of job%s %s failed: %s", "s" if len(new) > 1 else "", ", ".join(new),
+                    failed[new[0]] if len(new) == 1 or len({v.split(": ", 1)[-1] for v in failed.values()}) == 1
+                    else "; ".join(failed[j] for j in new))
+    if failing is not None:
+        failing.update(failed)
     return out

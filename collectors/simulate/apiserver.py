@@ -8,7 +8,15 @@ GETs, ``labelSelector`` (``=``, ``==``, ``!=``, ``in``, ``notin``, exists, ``!ke
 ``resourceVersion``, BOOKMARK events, ``410 Gone`` for a compacted resourceVersion (as an HTTP 410
 or as an ``ERROR`` event, see ``gone_as``), and streams dropped mid-line on demand
 (``drop_watch_after``), and hostile lines sent verbatim (``inject``). ``mount(prefix, handler)``
-serves other GET paths from the same port (the sandbox's exporters).
+serves other GET paths from the same port (the sandbox's exporters), ``pod_proxy`` the pods' proxy
+subresource (``/api/v1/namespaces/NS/pods/[https:]NAME:PORT/proxy/PATH``, how Prometheus and gangscope reach
+an exporter from outside the cluster).
+
+``kubectl`` gets what a real server sends it: server-side tables (``Accept: ...;as=Table;g=meta.k8s.io;v=v1``,
+:mod:`collectors.simulate.tables`) with ages on the server's clock (``now``, also the ``Date`` header), and
+``SelfSubjectReview`` / ``SelfSubjectAccessReview`` (``kubectl auth whoami`` / ``auth can-i``). With ``tokens``
+set, requests need one of the bearer tokens and are authorized against its RBAC rules (401 / 403 with the
+real messages); without, everyone may do anything.
 
 Usage::
 
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import email.utils
 import json
 import re
 import threading
@@ -33,15 +42,46 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from collectors.simulate import tables
 
 GVR = tuple[str, str, str]  # group ("" for core), version, plural
 # A mounted GET handler: path and query -> (HTTP code, content type, body), or None for 404.
 Mount = Callable[[str, dict[str, list[str]]], "tuple[int, str, bytes] | None"]
 RAW = "RAW"  # a history entry that is a line sent verbatim ({"line": bytes}), not an event
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+# A pod proxy request: (namespace, pod, scheme, port, path, query) -> (HTTP code, content type, body), None: 404.
+PodProxy = Callable[[str, str, str, int, str, dict[str, list[str]]], "tuple[int, str, bytes] | None"]
+_PROXY = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/(?:(https?):)?([^/:]+):(\d+)/proxy(/.*)?$")
+# Review APIs every server serves (discovery lists them; POST only).
+REVIEWS = {("authorization.k8s.io", "v1"): ("selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+           ("authentication.k8s.io", "v1"): ("selfsubjectreviews", "SelfSubjectReview")}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a bearer token is, and its RBAC rules (PolicyRule shape: apiGroups, resources, verbs; ``*`` matches
+    all; a resource may name a subresource as ``pods/proxy``)."""
+
+    username: str
+    groups: tuple[str, ...] = ("system:authenticated",)
+    rules: tuple[dict[str, Any], ...] = ({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},)
+    uid: str = ""
+
+    def allows(self, verb: str, group: str, resource: str) -> bool:
+        for r in self.rules:
+            groups, resources, verbs = r.get("apiGroups") or [], r.get("resources") or [], r.get("verbs") or []
+            if ("*" in groups or group in groups) and ("*" in resources or resource in resources) \
+                    and ("*" in verbs or verb in verbs):
+                return True
+        return False
+
+
+ANONYMOUS = Identity("system:anonymous", ("system:unauthenticated",))
 
 
 @dataclass
@@ -139,6 +179,9 @@ class ApiServer:
         self.served_lists = 0
         self.authorizations: list[str | None] = []  # the Authorization header of each request
         self.mounts: dict[str, Mount] = {}
+        self.pod_proxy: PodProxy | None = None
+        self.tokens: dict[str, Identity] | None = None  # None: no authentication, everything allowed
+        self.now: Callable[[], float] = time.time  # the server's clock (ages in tables, the Date header)
         self._server: ThreadingHTTPServer | None = None
         self._closing = False
 
@@ -233,6 +276,13 @@ class ApiServer:
             self.break_gen += 1
             self.cond.notify_all()
 
+    def identity(self, authorization: str | None) -> Identity | None:
+        """The caller of a request (None: unauthenticated where tokens are required)."""
+        if self.tokens is None:
+            return Identity("system:admin", ("system:masters", "system:authenticated"))
+        scheme, _, token = (authorization or "").partition(" ")
+        return self.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+
     def count_requests(self, watch: bool | None = None, path: str | None = None) -> int:
         return sum(1 for p, q in list(self.requests)
                    if (path is None or p == path) and (watch is None or ("watch" in q) == watch))
@@ -247,7 +297,58 @@ class ApiServer:
         return out
 
 
+def _proto_fields(buf: bytes) -> dict[int, list[Any]]:
+    """The fields of one protobuf message: number -> values (varints as int, length-delimited as bytes)."""
+    out: dict[int, list[Any]] = {}
+    pos = 0
+
+    def varint() -> int:
+        nonlocal pos
+        shift = value = 0
+        while True:
+            b = buf[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return value
+
+    while pos < len(buf):
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            out.setdefault(number, []).append(varint())
+        elif wire == 2:
+            n = varint()
+            out.setdefault(number, []).append(buf[pos:pos + n])
+            pos += n
+        else:
+            raise ValueError(f"protobuf wire type {wire} not expected in a review")
+    return out
+
+
+def _review_from_protobuf(raw: bytes) -> dict[str, Any]:
+    """The spec of a SelfSubject(Access)Review as kubectl sends it: the ``k8s\\0`` envelope (runtime.Unknown, raw
+    object in field 2), the review's spec in field 2, its resourceAttributes in field 1 (namespace, verb, group,
+    version, resource, subresource, name: fields 1-7 of authorization/v1 generated.proto)."""
+    if not raw.startswith(b"k8s\x00"):
+        raise ValueError("no k8s protobuf envelope")
+    obj = (_proto_fields(raw[4:]).get(2) or [b""])[0]
+    spec = (_proto_fields(obj).get(2) or [b""])[0]
+    attrs = (_proto_fields(spec).get(1) or [None])[0]
+    if attrs is None:
+        return {"spec": {}}
+    names = ("namespace", "verb", "group", "version", "resource", "subresource", "name")
+    fields = _proto_fields(attrs)
+    return {"spec": {"resourceAttributes": {n: fields[i + 1][0].decode() for i, n in enumerate(names)
+                                            if fields.get(i + 1)}}}
+
+
 class _Server(ThreadingHTTPServer):
+    # A scrape round opens one connection per exporter at once (~50 for 20 nodes): with socketserver's backlog of
+    # 5 the kernel drops the rest's SYNs, retried after 1 s and 3 s, so the last scrapes ran past a 3 s timeout.
+    request_queue_size = 1024
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # clients hang up on watches all the time
 
@@ -262,6 +363,69 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The ``Date`` header on the server's clock (a sandbox faster than real time has its own)."""
+        return email.utils.formatdate(self.server_api.now() if timestamp is None else timestamp, usegmt=True)
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self.server_api.now(), UTC)
+
+    def _caller(self) -> Identity | None:
+        """The authenticated caller; answers 401 and returns None when a token is required and missing or unknown."""
+        who = self.server_api.identity(self.headers.get("Authorization"))
+        if who is None:
+            self._status(401, "Unauthorized", "Unauthorized")
+        return who
+
+    def _forbid(self, who: Identity, verb: str, group: str, resource: str, namespace: str, name: str = "") -> bool:
+        """Answer 403 as kube-apiserver's RBAC does and return True when ``who`` may not."""
+        if who.allows(verb, group, resource):
+            return False
+        plural, _, sub = resource.partition("/")
+        what = f"{plural}.{group}" if group else plural
+        if name:
+            what += f' "{name}"'
+        scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        sub_text = f'resource "{plural}/{sub}"' if sub else f'resource "{plural}"'
+        self._status(403, "Forbidden", f'{what} is forbidden: User "{who.username}" cannot {verb} {sub_text} in '
+                     f'API group "{group}" {scope}')
+        return True
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        """SelfSubjectAccessReview and SelfSubjectReview: what ``gangscope check`` and ``kubectl auth`` ask."""
+        api = self.server_api
+        u = urlparse(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        try:
+            body = _review_from_protobuf(raw) if ctype == "application/vnd.kubernetes.protobuf" else \
+                json.loads(raw or b"{}")
+        except (ValueError, IndexError):
+            return self._status(400, "BadRequest", f"the request body is not a valid {ctype} review")
+        api.requests.append((u.path, {"method": ["POST"]}))
+        who = self._caller()
+        if who is None:
+            return None
+        parts = [p for p in u.path.split("/") if p]
+        if len(parts) == 4 and parts[0] == "apis" and (parts[1], parts[2]) in REVIEWS \
+                and parts[3] == REVIEWS[(parts[1], parts[2])][0]:
+            kind = REVIEWS[(parts[1], parts[2])][1]
+            out = {"kind": kind, "apiVersion": f"{parts[1]}/{parts[2]}", "metadata": {"creationTimestamp": None},
+                   "spec": body.get("spec") or {}}
+            if kind == "SelfSubjectReview":
+                out.pop("spec")
+                out["status"] = {"userInfo": {"username": who.username, "uid": who.uid, "groups": list(who.groups)}}
+            else:
+                attrs = (body.get("spec") or {}).get("resourceAttributes") or {}
+                res = attrs.get("resource", "") + (f"/{attrs['subresource']}" if attrs.get("subresource") else "")
+                allowed = who.allows(attrs.get("verb", ""), attrs.get("group", ""), res)
+                out["status"] = {"allowed": allowed}
+                if allowed and api.tokens is not None:
+                    out["status"]["reason"] = f'RBAC: allowed by the rules of user "{who.username}"'
+            return self._json(201, out)
+        return self._status(405, "MethodNotAllowed", f"the server does not allow this method on {u.path}")
 
     def _send(self, code: int, ctype: str, data: bytes) -> None:
         self.send_response(code)
@@ -287,6 +451,19 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(*answer) if answer else self._send(404, "text/plain", b"not found\n")
         api.requests.append((u.path, q))
         api.authorizations.append(self.headers.get("Authorization"))
+        who = self._caller()
+        if who is None:
+            return None
+        proxy = _PROXY.match(u.path)
+        if proxy:
+            ns, scheme, pod, port, rest = proxy.group(1), proxy.group(2) or "http", proxy.group(3), \
+                int(proxy.group(4)), proxy.group(5) or "/"
+            if self._forbid(who, "get", "", "pods/proxy", ns, f"{pod}:{port}"):
+                return None
+            answer = api.pod_proxy(ns, pod, scheme, port, rest, q) if api.pod_proxy else None
+            if answer is None:
+                return self._status(404, "NotFound", f'pods "{pod}" not found')
+            return self._send(*answer)
         parts = [p for p in u.path.split("/") if p]
         if parts == ["version"]:
             return self._json(200, {"major": "1", "minor": "35", "gitVersion": "v1.35.0-gangscope-sandbox",
@@ -297,6 +474,8 @@ class _Handler(BaseHTTPRequestHandler):
         if parts == ["api"]:
             return self._json(200, {"kind": "APIVersions", "versions": groups.get("", []),
                                     "serverAddressByClientCIDRs": []})
+        for g, v in REVIEWS:
+            groups.setdefault(g, [v])
         if parts == ["apis"]:
             return self._json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
                 {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
@@ -320,18 +499,24 @@ class _Handler(BaseHTTPRequestHandler):
             res = api.resources.get((group, version, rest[0]))
         if res is None:
             return self._status(404, "NotFound", f"the server could not find the requested resource {u.path}")
+        one = lambda name: q.get(name, [None])[0]  # noqa: E731
+        watch = one("watch") in ("1", "true")
+        verb = "get" if len(rest) == 2 else "watch" if watch else "list"
+        if self._forbid(who, verb, group, rest[0], namespace, rest[1] if len(rest) == 2 else ""):
+            return None
         if len(rest) == 2:
             return self._get(res, group, version, rest[0], namespace, rest[1])
-        one = lambda name: q.get(name, [None])[0]  # noqa: E731
         selectors = (one("labelSelector"), one("fieldSelector"))
-        if one("watch") in ("1", "true"):
+        if watch:
             return self._watch(res, namespace, one("resourceVersion"), one("allowWatchBookmarks") == "true",
                                float(one("timeoutSeconds") or 60), selectors)
-        return self._list(res, group, version, namespace, int(one("limit") or 0), one("continue"), selectors)
+        return self._list(res, group, version, rest[0], namespace, int(one("limit") or 0), one("continue"), selectors)
 
     def _get(self, res: _Resource, group: str, version: str, plural: str, namespace: str, name: str) -> None:
         with self.server_api.cond:
             obj = res.objects.get((namespace if res.namespaced else "", name))
+            if obj is not None and tables.wants_table(self.headers.get("Accept")):
+                obj = tables.table(group, version, plural, [obj], self._now(), str(self.server_api.rv))
             body = json.dumps(obj).encode() if obj is not None else None
         if body is None:
             return self._status(404, "NotFound", f'{plural}{"." + group if group else ""} "{name}" not found')
@@ -341,6 +526,11 @@ class _Handler(BaseHTTPRequestHandler):
         api = self.server_api
         with api.cond:
             found = {p: r for (g, v, p), r in api.resources.items() if g == group and v == version}
+        if (group, version) in REVIEWS:
+            plural, kind = REVIEWS[(group, version)]
+            return self._json(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}",
+                                    "resources": [{"name": plural, "singularName": kind.lower(), "namespaced": False,
+                                                   "kind": kind, "verbs": ["create"]}]})
         if not found:
             return self._status(404, "NotFound", f"group version {group}/{version} not served")
         resources = []
@@ -352,8 +542,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, {"kind": "APIResourceList", "apiVersion": "v1",
                          "groupVersion": _api_version(group, version), "resources": resources})
 
-    def _list(self, res: _Resource, group: str, version: str, namespace: str, limit: int, cont: str | None,
-              selectors: tuple[str | None, str | None]) -> None:
+    def _list(self, res: _Resource, group: str, version: str, plural: str, namespace: str, limit: int,
+              cont: str | None, selectors: tuple[str | None, str | None]) -> None:
         api = self.server_api
         with api.cond:
             if cont:
@@ -368,13 +558,17 @@ class _Handler(BaseHTTPRequestHandler):
             page = items[offset:offset + limit] if limit else items[offset:]
             more = bool(limit) and offset + limit < len(items)
             api.served_lists += 1
-            body = json.dumps({
-                "kind": f"{res.kind}List", "apiVersion": _api_version(group, version),
-                "metadata": {"resourceVersion": str(list_rv), **({"continue": f"{list_rv}:{offset + limit}"}
-                                                                   if more else {})},
-                # Real lists leave apiVersion/kind off the items.
-                "items": [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in page],
-            }).encode()
+            if tables.wants_table(self.headers.get("Accept")):
+                body = json.dumps(tables.table(group, version, plural, page, self._now(), str(list_rv),
+                                               f"{list_rv}:{offset + limit}" if more else None)).encode()
+            else:
+                body = json.dumps({
+                    "kind": f"{res.kind}List", "apiVersion": _api_version(group, version),
+                    "metadata": {"resourceVersion": str(list_rv), **({"continue": f"{list_rv}:{offset + limit}"}
+                                                                       if more else {})},
+                    # Real lists leave apiVersion/kind off the items.
+                    "items": [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in page],
+                }).encode()
         self._send(200, "application/json", body)
 
     def _chunk(self, data: bytes) -> None:

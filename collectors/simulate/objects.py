@@ -356,12 +356,13 @@ def native_podgroup(job: Any, created: str) -> dict[str, Any]:
     if job.k8s == "1.37":
         if job.kind == "Job":  # controller ref to the Job, a non-controller ref to its Workload
             owners = [owner(*_job_owner(job)),
-                      {"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "Workload", "name": job.workload,
+                      {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "Workload", "name": job.workload,
                        "uid": job.wl_uid}]
         else:  # the JobSet's child Job, delegated: no ref to the parent's Workload
             owners = [owner("batch/v1", "Job", f"{job.name}-workers-0", job.child_uid)]
         spec: dict[str, Any] = {"workloadRef": {"workloadName": job.workload, "templateName": job.template},
-                                "schedulingPolicy": _policy(job), "disruptionMode": {"single": {}}}
+                                "schedulingPolicy": _policy(job), "disruptionMode": {"single": {}},
+                                "priority": 0, "preemptionPolicy": "PreemptLowerPriority"}  # the API's defaults
         if job.composite:
             spec["parentCompositePodGroupName"] = job.composite
         return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",

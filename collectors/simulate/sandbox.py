@@ -11,6 +11,11 @@ The scenario is generated exactly as ``gangscope simulate`` writes it (``k8s.jso
   the sandbox clock, as Prometheus text with the sample timestamps of the scenario (the exporter's own
   ``job``/``instance`` labels are left to the scraper, as a real exporter leaves them). An exporter
   whose last scrape is older than two intervals (it went silent, or its pod is gone) answers 503.
+  Each is also a pod, as in a cluster: the DaemonSet pods of the GPU Operator's dcgm-exporter and of
+  node_exporter, Kueue's controller-manager (labelled as their charts label them), and the rank-0 training
+  pods carry ``prometheus.io/scrape``; the API server's pod proxy
+  (``/api/v1/namespaces/NS/pods/NAME:PORT/proxy/metrics``) reaches each, so ``gangscope run`` with only the
+  kubeconfig discovers and scrapes them as it would a real cluster's from outside.
 
 The clock reads the wall clock at start and runs ``speed`` times faster. ``gangscope.yaml`` beside the
 kubeconfig carries the kubeconfig, the targets and the clock, so ``gangscope run --config`` observes
@@ -60,6 +65,20 @@ RESOURCES = (
 PIPELINE_FLUSH_S = 2.0  # gangscope's default pipeline.flush_seconds
 _LABEL = re.compile(rb',?\b(?:job|instance)="[^"]*"')
 _JOB = re.compile(rb'\bjob="([^"]*)",instance="([^"]*)"')
+_POD = re.compile(rb'\bnamespace="([^"]*)",pod="([^"]*)"')
+# Exporter pods as their charts make them: scenario job -> (namespace, owner kind and name, labels the discovery
+# presets select, port, scheme, image, hostNetwork).
+EXPORTER_PODS: dict[str, tuple[str, str, str, dict[str, str], int, str, str, bool]] = {
+    "dcgm-exporter": ("gpu-operator", "DaemonSet", "nvidia-dcgm-exporter", {"app": "nvidia-dcgm-exporter"}, 9400,
+                      "http", "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04", False),
+    "node-exporter": ("monitoring", "DaemonSet", "prometheus-node-exporter",
+                      {"app.kubernetes.io/name": "prometheus-node-exporter"}, 9100, "http",
+                      "quay.io/prometheus/node-exporter:v1.9.1", True),
+    "kueue": ("kueue-system", "ReplicaSet", "kueue-controller-manager-6d8f7b9c4",
+              {"control-plane": "controller-manager"}, 8443, "https", "registry.k8s.io/kueue/kueue:v0.19.2", False),
+}
+CONTAINERS = {"dcgm-exporter": "nvidia-dcgm-exporter", "node-exporter": "node-exporter", "kueue": "manager"}
+TRAINING_PORT = 8000
 
 
 @dataclass
@@ -127,7 +146,10 @@ class Sandbox:
         self.directory, self.scenario, self.seed, self.nodes = Path(directory), scenario, seed, nodes
         self.hours, self.interval, self.speed, self.host, self.port = hours, interval, speed, host, port
         self.api = ApiServer(bookmark_interval_s=1.0)
+        self.api.now = lambda: self.now().timestamp()  # ages in kubectl's tables, the Date header
         self.exporters: dict[tuple[str, str], Exporter] = {}
+        # (namespace, pod) -> (exporter, port, scheme): what the pod proxy reaches
+        self.exporter_pods: dict[tuple[str, str], tuple[Exporter, int, str]] = {}
         self.applied = 0
         self._events: list[tuple[float, dict[str, Any]]] = []  # (sim unix time, watch event)
         self._stop = threading.Event()
@@ -181,8 +203,11 @@ class Sandbox:
             self.api.serve(group, versions[0], plural, kind, namespaced)
             for v in versions[1:]:  # one storage, served at every version (no conversion)
                 self.api.resources[(group, v, plural)] = self.api.resources[(group, versions[0], plural)]
+        self._training_pods = self._index_training_pods()
         self._play()  # the setup objects (Nodes, queues) exist before anyone lists
+        self._put_exporter_pods()
         self.api.mount("/exporters/", self._serve_exporter)
+        self.api.pod_proxy = self._proxy
         self.api.start(self.host, self.port)
         self.write_files()
         self._thread = threading.Thread(target=self._run, name="sandbox-clock", daemon=True)
@@ -217,6 +242,8 @@ class Sandbox:
 
     def _apply(self, ev: dict[str, Any]) -> None:
         obj = ev["object"]
+        if obj["kind"] == "Pod":
+            obj = self._scrape_annotated(obj)
         group, _, version = obj["apiVersion"].rpartition("/")
         plural = _plural(obj["kind"])
         meta = obj["metadata"]
@@ -234,6 +261,84 @@ class Sandbox:
             self._stop.wait(min(0.5, max(0.0, wait)))
 
     # -- exporters ------------------------------------------------------------------------
+    def _index_training_pods(self) -> dict[tuple[str, str], Exporter]:
+        """The pods whose throughput each training exporter serves (its samples' own namespace/pod labels)."""
+        out: dict[tuple[str, str], Exporter] = {}
+        assert self._data is not None
+        for (job, _), e in self.exporters.items():
+            if job != "training":
+                continue
+            for start, end in e.spans:
+                for m in _POD.finditer(self._data[start:end]):
+                    out.setdefault((m.group(1).decode(), m.group(2).decode()), e)
+        return out
+
+    def _scrape_annotated(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """A rank-0 training pod opts in to scraping as such pods do (``prometheus.io/scrape``, port, path)."""
+        meta = pod.get("metadata") or {}
+        e = self._training_pods.get((meta.get("namespace", ""), meta.get("name", "")))
+        if e is None:
+            return pod
+        self.exporter_pods[(meta["namespace"], meta["name"])] = (e, TRAINING_PORT, "http")
+        pod = dict(pod, metadata=dict(meta, annotations={
+            **(meta.get("annotations") or {}), "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(TRAINING_PORT), "prometheus.io/path": "/metrics"}))
+        return pod
+
+    def _put_exporter_pods(self) -> None:
+        """One Running pod per exporter of the scenario, created at the start (they run before any job)."""
+        import hashlib
+
+        created = self.sim_origin.strftime("%Y-%m-%dT%H:%M:%SZ")
+        nodes = {n["metadata"]["name"]: n for (_, _), n in self.api.resources[("", "v1", "nodes")].objects.items()}
+        first_node = sorted(nodes)[0] if nodes else ""
+        for (job, inst), e in sorted(self.exporters.items()):
+            if job not in EXPORTER_PODS:
+                continue
+            ns, owner_kind, owner, labels, port, scheme, image, host_net = EXPORTER_PODS[job]
+            node = self._node_of_ip(inst.rsplit(":", 1)[0]) or first_node
+            suffix = hashlib.sha256(f"{job}/{inst}".encode()).hexdigest()[:5]
+            name = f"{owner}-{suffix}"  # a DaemonSet's or ReplicaSet's pod: its owner's name and five characters
+            node_obj = nodes.get(node) or {}
+            node_ip = next((a["address"] for a in node_obj.get("status", {}).get("addresses", [])
+                            if a.get("type") == "InternalIP"), "")
+            index = sorted(nodes).index(node) if node in nodes else 0
+            ip = node_ip if host_net else f"192.168.{index % 256}.{2 + list(EXPORTER_PODS).index(job)}"
+            container = CONTAINERS[job]
+            running = {"startedAt": created}
+            self.api.put("", "v1", "pods", {
+                "metadata": {"name": name, "namespace": ns, "labels": dict(labels), "creationTimestamp": created,
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": owner,
+                                                  "uid": hashlib.sha256(owner.encode()).hexdigest()[:32],
+                                                  "controller": True, "blockOwnerDeletion": True}]},
+                "spec": {"nodeName": node, "hostNetwork": host_net, "containers": [{
+                    "name": container, "image": image,
+                    "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]}]},
+                "status": {"phase": "Running", "hostIP": node_ip, "podIP": ip, "podIPs": [{"ip": ip}],
+                           "startTime": created, "qosClass": "Burstable",
+                           "conditions": [{"type": t, "status": "True", "lastProbeTime": None,
+                                           "lastTransitionTime": created}
+                                          for t in ("PodReadyToStartContainers", "Initialized", "Ready",
+                                                    "ContainersReady", "PodScheduled")],
+                           "containerStatuses": [{"name": container, "image": image, "imageID": "", "ready": True,
+                                                  "started": True, "restartCount": 0, "state": {"running": running}}]},
+            })
+            self.exporter_pods[(ns, name)] = (e, port, scheme)
+
+    def _proxy(self, namespace: str, pod: str, scheme: str, port: int, path: str,
+               query: dict[str, list[str]]) -> tuple[int, str, bytes] | None:
+        """The pod proxy: the exporter a pod runs, on its port and scheme only."""
+        found = self.exporter_pods.get((namespace, pod))
+        if found is None:
+            return None
+        e, own_port, own_scheme = found
+        if port != own_port or scheme != own_scheme:
+            return 503, "text/plain", (f"error trying to reach service: dial tcp: {scheme}://{pod}:{port}: connect: "
+                                       "connection refused").encode()
+        if path.rstrip("/") != "/metrics":
+            return 404, "text/plain", b"404 page not found\n"
+        return self._serve_exporter(e.path, query)
+
     def _serve_exporter(self, path: str, query: dict[str, list[str]]) -> tuple[int, str, bytes] | None:
         parts = path.split("/")
         if len(parts) != 5 or parts[4] != "metrics":

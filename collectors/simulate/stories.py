@@ -275,7 +275,7 @@ def _stop(tl: T.Timeline, life: Life, pods: list[dict], t: float, msg: str, keep
     j, job = life.j, life.job
     job["spec"]["suspend"] = True
     tl.emit(t, "MODIFIED", job)
-    tl.event(t, job, "Normal", "Stopped", msg, "kueue-job-controller")
+    tl.event(t, job, "Normal", "Stopped", msg, T._kueue_job_controller(j))
     if j.kind == "Job":
         job["status"].update(active=0, ready=0)
         _job_cond(job, "Suspended", "True", "JobSuspended", "Job suspended", tl.ts(t + 1))
@@ -406,7 +406,7 @@ def oom(tl: T.Timeline, life: Life) -> None:
         o.set_condition(wl, o.condition("Finished", "True", "Failed", msg, tl.ts(f + 6)))
         tl.emit(f + 6, "MODIFIED", wl)
         tl.event(f + 6, job, "Normal", "FinishedWorkload", f"Workload '{j.namespace}/{j.workload}' is declared "
-                 "finished", "kueue-job-controller")
+                 "finished", T._kueue_job_controller(j))
 
 
 def nccl(tl: T.Timeline, life: Life) -> list[dict]:

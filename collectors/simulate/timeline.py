@@ -145,7 +145,7 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
         wl = o.workload(j, tl.ts(c + 1))
         tl.emit(c + 1, "ADDED", wl)
         tl.event(c + 1, job, "Normal", "CreatedWorkload", f"Created Workload: {j.namespace}/{j.workload}",
-                 "kueue-job-controller")
+                 _kueue_job_controller(j))
     if j.gang == "coscheduling":
         pg = o.coscheduling_podgroup(j, tl.ts(c + 1))
     elif j.gang == "volcano":
@@ -168,6 +168,8 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
             reason = "Inadmissible" if reason in ("Misconfigured", "Suspended") else "Pending"
         wl["status"]["resourceRequests"] = o.resource_requests(j)
         o.set_condition(wl, o.condition("QuotaReserved", "False", reason, msg, tl.ts(c + 3)))
+        o.set_condition(wl, o.condition("PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded",
+                                        tl.ts(c + 3)))
         tl.emit(c + 3, "MODIFIED", wl)
         tl.event(c + 3, wl, "Warning", reason, msg, "kueue-admission", repeat_every=5 * MIN, until=end)
         return
@@ -192,6 +194,8 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
         _bind(tl, j, pods, placed)
     if len(j.nodes) < j.pods:
         _unschedulable(tl, j, pods[len(j.nodes):], (placed or a) + 1, end)
+        if pg is not None and j.gang == "native" and j.k8s == "1.37" and not placed:
+            _native_unschedulable(tl, j, pg, (placed or a) + 1)
     life = stories.Life(j, job, wl, pg, pods, scn, stories.child(tl, j, a + 1))
     if j.startup in STUCK and placed is not None:
         stories.stuck(tl, life)
@@ -240,17 +244,20 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
                 tl.emit(j.deleted + 1, "DELETED", obj)
 
 
+def _kueue_job_controller(j: SimJob) -> str:
+    """The recorder Kueue's integration reconciler reports its Job Events with (``<framework>-kueue-controller``)."""
+    return "batch/job-kueue-controller" if j.kind == "Job" else "jobset.x-k8s.io/jobset-kueue-controller"
+
+
 def _admit(tl: Timeline, j: SimJob, wl: dict, job: dict, a: float, queued: float,
            requeued: bool | tuple[str, str] = False) -> None:
-    """Kueue reserves quota and admits; ``requeued``: a re-admission after an eviction, True after a preemption
-    (its Requeued condition written then) or the (reason, message) Requeued already carries."""
+    """Kueue reserves quota and admits; ``requeued``: a re-admission after an eviction (its Requeued condition
+    written at the eviction), or the (reason, message) Requeued carries by now (BackoffFinished)."""
     cq = j.cq
     wl["status"].pop("resourceRequests", None)
     wl["status"]["admission"] = o.admission(j, cq)
-    if requeued:
-        reason, msg = requeued if isinstance(requeued, tuple) else \
-            ("Preempted", "Preempted to accommodate a higher priority Workload")
-        o.set_condition(wl, o.condition("Requeued", "True", reason, msg, tl.ts(a - 1)))
+    if isinstance(requeued, tuple):
+        o.set_condition(wl, o.condition("Requeued", "True", *requeued, tl.ts(a - 1)))
     o.set_condition(wl, o.condition("QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cq}",
                                     tl.ts(a)))
     o.set_condition(wl, o.condition("Admitted", "True", "Admitted", "The workload is admitted", tl.ts(a)))
@@ -274,7 +281,7 @@ def _admit(tl: Timeline, j: SimJob, wl: dict, job: dict, a: float, queued: float
         job["status"] = {"replicatedJobsStatus": [{"name": "workers", "active": 1, "ready": 0, "succeeded": 0,
                                                     "failed": 0, "suspended": 0}]}
     tl.emit(a + 1, "MODIFIED", job)
-    tl.event(a + 1, job, "Normal", "Started", f"Admitted by clusterQueue {cq}", "kueue-job-controller")
+    tl.event(a + 1, job, "Normal", "Started", f"Admitted by clusterQueue {cq}", _kueue_job_controller(j))
 
 
 def _create_pods(tl: Timeline, j: SimJob, job: dict, t: float, names: list[str], uids: list[str],
@@ -377,6 +384,16 @@ def _unschedulable(tl: Timeline, j: SimJob, pods: list[dict], t: float, end: flo
                  repeat_every=5 * MIN, until=end, action="Scheduling")
 
 
+def _native_unschedulable(tl: Timeline, j: SimJob, pg: dict, t: float) -> None:
+    """The 1.37 scheduler's verdict on a gang that no placement holds (the count of the pod it was placing left
+    out of "remaining", as kube-scheduler 1.37.2 writes it)."""
+    msg = (f"pod group is unschedulable, 0/1 placements are available, first placement status: minCount ({j.pods}) "
+           f"cannot be satisfied: 0 scheduled, {j.pods - 1} remaining")
+    pg["status"] = {"conditions": [o.condition("PodGroupInitiallyScheduled", "False", "Unschedulable", msg,
+                                               tl.ts(t))]}
+    tl.emit(t + 0.5, "MODIFIED", pg)
+
+
 def _volcano_unschedulable(tl: Timeline, j: SimJob, pg: dict, pods: list[dict], t: float, end: float) -> None:
     n = j.pods
     msg = (f"{n}/{n} tasks in gang unschedulable: pod group is not ready, {n} Pending, {n} minAvailable; "
@@ -405,22 +422,24 @@ def _evict(tl: Timeline, j: SimJob, wl: dict, job: dict, pods: list[dict], t: fl
                                     tl.ts(t + 1)))
     o.set_condition(wl, o.condition("PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded",
                                     tl.ts(t + 1)))
+    # Requeued at once, with the eviction's message; no requeueState (that is waitForPodsReady's backoff).
+    o.set_condition(wl, o.condition("Requeued", "True", "Preempted", msg, tl.ts(t)))
     wl["status"]["schedulingStats"] = {"evictions": [{"reason": "Preempted", "underlyingCause": "", "count": 1}]}
-    wl["status"]["requeueState"] = {"count": 1}
+    wl["status"]["accumulatedPastExecutionTimeSeconds"] = max(0, int(t - (j.admitted or j.created)))
     tl.emit(t, "MODIFIED", wl)
     prio = f"preemptor effective priority: {pre.priority if pre else 0} (base: {pre.priority if pre else 0}, " \
            f"boost: 0); preemptee effective priority: {j.priority} (base: {j.priority}, boost: 0)"
     tl.event(t, wl, "Normal", "Preempted", f"{msg}; {prio}", "kueue-admission")
-    tl.event(t, wl, "Normal", "EvictedDueToPreempted", msg, "kueue-workload-controller")
+    tl.event(t, wl, "Normal", "EvictedDueToPreempted", msg, "kueue-admission")
     if pre is not None:
         tl.event(t, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
                      "metadata": {"name": pre_wl, "namespace": pre.namespace, "uid": pre.wl_uid}},
-                 "Normal", "PreemptedWorkload", f"Preempted workload {j.workload} (UID: {j.wl_uid}) in ClusterQueue "
+                 "Normal", "PreemptedWorkload", f"Preempted workload {j.namespace}/{j.workload} (UID: {j.wl_uid}) in "
+                 f"ClusterQueue "
                  f"{j.cq}; {prio}", "kueue-admission")
     job["spec"]["suspend"] = True
     tl.emit(t + 1, "MODIFIED", job)
-    tl.event(t + 1, job, "Normal", "Stopped", "Preempted to accommodate a higher priority Workload",
-             "kueue-job-controller")
+    tl.event(t + 1, job, "Normal", "Stopped", msg, _kueue_job_controller(j))
     for p in pods:
         p["metadata"]["deletionTimestamp"] = tl.ts(t + 2)
         p["metadata"]["deletionGracePeriodSeconds"] = 30
@@ -471,7 +490,7 @@ def _finish(tl: Timeline, j: SimJob, wl: dict | None, job: dict, pods: list[dict
         o.set_condition(wl, o.condition("Finished", "True", "Succeeded", done, tl.ts(t + 2)))
         tl.emit(t + 2, "MODIFIED", wl)
         tl.event(t + 2, job, "Normal", "FinishedWorkload", f"Workload '{j.namespace}/{j.workload}' is declared "
-                 "finished", "kueue-job-controller")
+                 "finished", _kueue_job_controller(j))
     if pg is not None and j.gang == "coscheduling":
         pg["status"] = {"phase": "Finished", "succeeded": j.pods, "occupiedBy": f"{j.namespace}/{j.name}"}
         tl.emit(t + 2, "MODIFIED", pg)

@@ -24,6 +24,7 @@ from gangscope.secrets import redact
 COMMAND_MODULES = (
     "gangscope.app.demo",
     "gangscope.app.service",
+    "gangscope.app.check",
     "collectors.k8s.cli",
     "collectors.metrics.cli",
     "gangscope.app.replay",

@@ -293,7 +293,7 @@ def make_scheduler(jobs: dict[str, tuple[str, Callable[[], Any]]]) -> Background
     for name, (_, fn) in jobs.items():
         trigger = triggers[name]
         if trigger is None:
-            log.info("scheduled job %s is off", name)
+            log.debug("scheduled job %s is off", name)
             continue
         job = guarded(name, fn)
         if name in CATCH_UP and isinstance(trigger, IntervalTrigger):

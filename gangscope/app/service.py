@@ -66,18 +66,19 @@ def _thread(name: str, target: Callable[[], Any], failed: threading.Event) -> th
     return t
 
 
-def _collector_target(name: str, settings: Settings, publisher: Any, stop: threading.Event) -> Callable[[], Any]:
+def _collector_target(name: str, settings: Settings, publisher: Any, stop: threading.Event,
+                      patient: bool = False, known_failing: set[str] | None = None) -> Callable[[], Any]:
     if name == "k8s":
         mod = _optional("collectors.k8s.collector")
         if mod is None:
             raise UserError("collector k8s is not available in this build")
-        return lambda: mod.run(settings, publisher, stop)
+        return lambda: mod.run(settings, publisher, stop, patient=patient)
     if name == "remote_write":  # served by the HTTP server's POST route; nothing to run
         return lambda: None
     mod = _optional("collectors.metrics.scrape")
     if mod is None:
         raise UserError("collector metrics is not available in this build")
-    return lambda: mod.serve(settings, publisher.publish, stop)
+    return lambda: mod.serve(settings, publisher.publish, stop, failing=known_failing)
 
 
 SCHEDULER_GRACE_S = 30.0
@@ -127,10 +128,13 @@ def _shutdown_scheduler(scheduler: Any, grace_s: float) -> bool:
 def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
     """Run until ``stop`` is set (or a signal arrives); returns the exit code."""
     from gangscope import clock
-    from gangscope.app import schedule
+    from gangscope.app import schedule, startup
     from gangscope.transport.broker import bootstrap_servers
 
     clock.configure(settings.clock.sim_origin, settings.clock.wall_origin, settings.clock.speed)
+    start = startup.resolve(settings)  # collectors unset: k8s and metrics when a cluster's credentials are there
+    settings = start.settings
+    assert settings.collectors is not None
 
     unknown = [c for c in settings.collectors if c not in COLLECTORS]
     if unknown:
@@ -146,6 +150,10 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
     if "remote_write" in settings.collectors and not (telemetry and settings.server.listen):
         raise ConfigError("collectors: remote_write is served on server.listen, which is not set")
     with stop_on_signals(stop), bootstrap_servers(settings) as bootstrap:
+        startup.probe(start)
+        log.info("%s", startup.summary(start, bootstrap, embedded=not settings.kafka.bootstrap_servers))
+        for problem in start.problems:  # each said once, with its fix
+            log.warning("%s", problem)
         stop_server = None
         from gangscope.app.findings_topic import FindingsTopic
         from reports.lifecycle import FindingsOutlet
@@ -181,17 +189,21 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
                 stop_server = server
                 for path, (handler, max_body) in routes.items():
                     server.add_route("POST", path, handler, max_body_bytes=max_body)
-                log.info("telemetry on http://%s (/metrics, /healthz%s)", settings.server.listen,
-                         "".join(f", POST {p}" for p in routes))
+                log.debug("telemetry on http://%s (/metrics, /healthz%s)", settings.server.listen,
+                          "".join(f", POST {p}" for p in routes))
             if publisher is not None:
                 for name in settings.collectors:
-                    target = _collector_target(name, settings, publisher, collectors_stop)
+                    # The summary said an unreachable server once: the discovery's first failure is not said again.
+                    failing = set() if start.reachable or not start.source else {
+                        str(d.get("job")) for d in settings.metrics.discovery}
+                    target = _collector_target(name, settings, publisher, collectors_stop, patient=start.defaulted,
+                                               known_failing=failing)
                     collector_threads.append(_thread(f"collector-{name}", target, failed))
-                    log.info("collector %s started", name)
+                    log.debug("collector %s started", name)
             if consume is not None:
                 pipeline_thread = _thread("pipeline", lambda: consume.run(settings, bootstrap, stop=pipeline_stop),
                                           failed)
-                log.info("pipeline started (Kafka %s)", bootstrap)
+                log.debug("pipeline started (Kafka %s)", bootstrap)
             else:
                 log.warning("pipeline not available in this build: records are not landed")
             scheduler.start()
@@ -238,9 +250,12 @@ def _handler(settings: Settings, args: Any) -> int:
 def register(groups: dict[str, Any], common: Any) -> None:
     p = groups["root"].add_parser(
         "run", parents=[common], help="long-running service: collectors, pipeline, scheduled jobs",
-        description="Run the collectors named in `collectors` (k8s, metrics), the pipeline (Kafka -> lake), the "
+        description="Run the collectors named in `collectors` (k8s, metrics, remote_write; unset: k8s and metrics when "
+        "a kubeconfig context or the in-cluster service account is there, scraping the exporters discovered in the "
+        "cluster), the pipeline (Kafka -> lake), the "
         "scheduled jobs of `schedule` (model builds, hourly/daily reports into <data>/reports with retention and an "
         "optional webhook, compaction, retention) and the telemetry endpoint (`server.listen`: /metrics, /healthz). "
         "Stops cleanly on SIGTERM/SIGINT: collectors first, then the pipeline lands what was published, then the "
-        "scheduler. Schedule specs: interval:SECONDS, cron:MIN HOUR DOM MON DOW (UTC), or off.")
+        "scheduler. Starts with one summary: the cluster and context, the kinds watched, the exporters found, the lake "
+        "and Kafka. Schedule specs: interval:SECONDS, cron:MIN HOUR DOM MON DOW (UTC), or off.")
     p.set_defaults(handler=_handler)

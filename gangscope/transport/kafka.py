@@ -178,7 +178,8 @@ def record_limits(settings: Settings, bootstrap: str, admin_client: KafkaAdminCl
     except Exception as e:  # noqa: BLE001 - any failure means: not known
         if bootstrap not in _said_no_limit:
             _said_no_limit.add(bootstrap)
-            log.info("Kafka at %s did not tell its topics' max.message.bytes (%s: %s); records are checked against "
+            # Debug: the embedded broker never answers, so at INFO every start said it, with an exception text.
+            log.debug("Kafka at %s did not tell its topics' max.message.bytes (%s: %s); records are checked against "
                      "kafka.max_record_bytes (%d) only", bootstrap, type(e).__name__, str(e)[:200], own)
         return dict.fromkeys(names, own)
     limits = {t: min(own, max(1, v - BATCH_OVERHEAD)) for t, v in broker.items()}

@@ -15,7 +15,9 @@
 -- column: baseline_source: earlier_runs or steady_window
 -- column: ratio: value / baseline
 -- column: judged: the bucket is in the current run and past its warm-up, so a dip counts
--- column: dip: judged and ratio < throughput_ratio
+-- column: dip: judged and pause_ratio <= ratio < throughput_ratio (a slowdown sample)
+-- column: pause: ratio < pause_ratio: a pause (checkpoint, evaluation), not a slowdown; a long one is a stall
+--   (intermediate.int_training_stalls)
 WITH created AS (
     -- Pods gangscope never saw (deleted before it started watching) are still named by the Job controller's
     -- SuccessfulCreate Event on their Job ("Created pod: <name>"), which outlives them: an earlier run's samples.
@@ -69,5 +71,7 @@ SELECT b.cluster, b.namespace, b.job, b.ts, b.value,
        b.ts >= x.run_start AND b.ts >= x.origin + to_seconds(getvariable('baseline_start_s')) AS judged,
        b.ts >= x.run_start AND b.ts >= x.origin + to_seconds(getvariable('baseline_start_s'))
            AND b.value < getvariable('throughput_ratio') * CASE WHEN x.earlier_n >= 3 THEN x.earlier ELSE x.steady END
-           AS dip
+           AND b.value >= getvariable('pause_ratio') * CASE WHEN x.earlier_n >= 3 THEN x.earlier ELSE x.steady END
+           AS dip,
+       b.value < getvariable('pause_ratio') * CASE WHEN x.earlier_n >= 3 THEN x.earlier ELSE x.steady END AS pause
 FROM b JOIN base x USING (cluster, namespace, job)

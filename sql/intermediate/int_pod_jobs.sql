@@ -1,6 +1,8 @@
 -- Every pod (current and deleted) with its job identity in CONTRACT section 2 order: the controller
 -- owner of its Kueue Workload; else its JobSet; else its coscheduling/Volcano PodGroup; else the
--- controller of its native scheduling.k8s.io Workload; else its own controller owner.
+-- controller of its native scheduling.k8s.io Workload; else its own controller owner. Only pods of a job: linked to
+-- a Kueue Workload, a JobSet or a gang, owned by a batch / training controller, or holding GPUs; node agents
+-- (DaemonSet, static pods) and services without GPUs (exporters, controllers) are not jobs.
 -- column: cluster: the Pod
 -- column: namespace: the Pod
 -- column: pod: the Pod
@@ -25,6 +27,12 @@
 -- column: unscheduled_message: from staging.stg_pods
 -- column: disruption_at: from staging.stg_pods
 -- column: scheduling_gates: from staging.stg_pods
+-- column: disruption_message: from staging.stg_pods
+-- column: status_reason: from staging.stg_pods
+-- column: status_message: from staging.stg_pods
+-- column: deletion_requested_at: from staging.stg_pods
+-- column: restart_policy: from staging.stg_pods
+-- column: completion_index: from staging.stg_pods
 WITH wl_by_owner AS (
     SELECT * FROM staging.stg_workloads
     WHERE owner_name IS NOT NULL
@@ -86,5 +94,11 @@ SELECT
     CASE WHEN pod_group_system IS NULL AND native_workload IS NOT NULL THEN 'native' ELSE pod_group_system END
         AS pod_group_system,
     node, phase, deleted, created_at, first_seen_at, bound_at, bound_before_capture, first_running_at,
-    running_before_capture, last_seen_at, gpus, disruption_reason, unscheduled_message, disruption_at, scheduling_gates
+    running_before_capture, last_seen_at, gpus, disruption_reason, unscheduled_message, disruption_at, scheduling_gates,
+    disruption_message, status_reason, status_message, deletion_requested_at, restart_policy, completion_index
 FROM joined
+WHERE wl_name IS NOT NULL OR jobset_name IS NOT NULL OR pod_group IS NOT NULL OR native_workload IS NOT NULL
+   OR native_name IS NOT NULL
+   OR owner_kind IN ('Job', 'JobSet', 'TrainJob', 'PyTorchJob', 'MPIJob', 'TFJob', 'XGBoostJob', 'PaddleJob', 'JAXJob',
+                     'RayCluster', 'RayJob', 'LeaderWorkerSet', 'Workload')
+   OR (gpus > 0 AND coalesce(owner_kind, '') NOT IN ('DaemonSet', 'Node'))

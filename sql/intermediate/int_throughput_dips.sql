@@ -1,5 +1,6 @@
 -- Throughput dips per job: runs of consecutive judged samples below throughput_ratio x baseline that last
--- at least throughput_min_samples samples. One row per dip (an incident). A dip reaching the job's newest
+-- at least throughput_min_samples samples. Pauses (below pause_ratio x baseline: checkpoint saves, evaluation
+-- passes) are neither: they are skipped, so a slowdown with checkpoints in it is one run (CONTRACT section 4). One row per dip (an incident). A dip reaching the job's newest
 -- sample is ongoing (ended_at NULL) while the job runs; it ends at the first sample back above the threshold,
 -- or, when the job stopped running in it (finished, gone, preempted), one bucket after its last low sample.
 -- column: cluster: identity
@@ -17,7 +18,7 @@ WITH t AS (
     SELECT *, row_number() OVER w - row_number() OVER (PARTITION BY cluster, namespace, job, dip ORDER BY ts) AS grp,
            lead(ts) OVER w AS next_ts
     FROM intermediate.int_job_throughput
-    WHERE judged
+    WHERE judged AND NOT coalesce(pause, false)
     WINDOW w AS (PARTITION BY cluster, namespace, job ORDER BY ts)
 ),
 runs AS (

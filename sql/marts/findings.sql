@@ -7,8 +7,9 @@
 -- column: job_kind: kind of that owner (Job, JobSet, PyTorchJob, PodGroup, ...)
 -- column: workload: Kueue Workload name, NULL without Kueue
 -- column: pod_group: gang object name, NULL without a gang
--- column: root_cause: gpu_fault, interconnect_degradation, preemption, admission_quota, admission_topology,
---   gang_assembly, topology_misplacement, unexplained_slowdown, healthy
+-- column: root_cause: gpu_fault, node_failure, interconnect_degradation, gpu_throttle, preemption, admission_quota,
+--   admission_topology, gang_assembly, startup_failure, workload_crash, topology_misplacement, training_stalled,
+--   unexplained_slowdown, healthy (gangscope/rootcauses.py, variable root_causes)
 -- column: severity: critical, warning, info
 -- column: started_at: first sample or event at which the condition holds
 -- column: ended_at: when it stopped holding (NULL while ongoing)
@@ -42,6 +43,49 @@ gpu_f AS (
                        WHEN 'ecc_dbe' THEN 'double-bit ECC errors' ELSE 'nothing (its series stopped)' END,
                   strftime(min(started_at), '%Y-%m-%dT%H:%M:%SZ')) AS summary
     FROM gpu GROUP BY cluster, namespace, job
+),
+node_f AS (
+    -- A node that stopped serving the job's pods (intermediate.int_node_loss). Ends when the job runs again with
+    -- every member after the loss (back on the node, or elsewhere), or when every lost node is back and the job runs.
+    SELECT n.cluster, n.namespace, n.job, 'node_failure' AS root_cause, 'critical' AS severity,
+           min(n.lost_at) AS started_at,
+           CASE WHEN any_value(j.all_running_at) > max(n.lost_at) THEN any_value(j.all_running_at)
+                WHEN bool_and(n.recovered_at IS NOT NULL) AND any_value(j.state) = 'running' THEN max(n.recovered_at)
+           END AS ended_at,
+           CASE WHEN bool_or(n.how IN ('not_ready', 'node_ended', 'gpus_unhealthy', 'kueue')
+                             OR (n.how = 'drain' AND n.cordoned)) THEN 0.95 ELSE 0.8 END AS confidence,
+           list_sort(list(DISTINCT n.node) FILTER (WHERE n.node IS NOT NULL)) AS nodes,
+           to_json({'losses': list({'node': n.node, 'how': n.how, 'lost_at': n.lost_at, 'recovered_at': n.recovered_at,
+                                    'ready': n.ready, 'reason': n.reason, 'message': n.message, 'cordoned': n.cordoned,
+                                    'gpus_allocatable': n.gpus_allocatable, 'gpus_capacity': n.gpus_capacity,
+                                    'gpus_held': n.gpus_held, 'health_conditions': n.health_conditions,
+                                    'pods': n.pods} ORDER BY n.lost_at, n.node),
+                    'node_lost_threshold_s': getvariable('node_lost_s')}) AS evidence,
+           CASE arg_min(n.how, n.lost_at)
+               WHEN 'not_ready' THEN format('Node {} went {} at {} ({}: {}) under {} of the job''s pods{}',
+                    arg_min(n.node, n.lost_at), CASE arg_min(n.ready, n.lost_at) WHEN 'Unknown' THEN 'unreachable'
+                                                     ELSE 'NotReady' END,
+                    strftime(min(n.lost_at), '%Y-%m-%dT%H:%M:%SZ'), arg_min(n.reason, n.lost_at),
+                    arg_min(n.message, n.lost_at), json_array_length(arg_min(n.pods, n.lost_at)),
+                    CASE WHEN list_contains(json_extract_string(arg_min(n.pods, n.lost_at), '$[*].reason'),
+                                            'DeletionByTaintManager')
+                         THEN '; the taint manager deleted them' ELSE '' END)
+               WHEN 'drain' THEN format('Node {} was {}: {} of the job''s pods evicted through the Eviction API at {}',
+                    arg_min(n.node, n.lost_at), CASE WHEN arg_min(n.cordoned, n.lost_at) THEN 'drained (cordoned)'
+                                                     ELSE 'evicting pods' END,
+                    json_array_length(arg_min(n.pods, n.lost_at)), strftime(min(n.lost_at), '%Y-%m-%dT%H:%M:%SZ'))
+               WHEN 'node_ended' THEN format('Node {} ended {} of the job''s pods at {} ({}{})', arg_min(n.node, n.lost_at),
+                    json_array_length(arg_min(n.pods, n.lost_at)), strftime(min(n.lost_at), '%Y-%m-%dT%H:%M:%SZ'),
+                    arg_min(n.reason, n.lost_at), coalesce(': ' || left(arg_min(n.message, n.lost_at), 160), ''))
+               WHEN 'gpus_unhealthy' THEN format('Node {} has {} of {} GPUs allocatable since {} (GPUs marked unhealthy) '
+                    'while the job holds {} there', arg_min(n.node, n.lost_at), arg_min(n.gpus_allocatable, n.lost_at),
+                    arg_min(n.gpus_capacity, n.lost_at), strftime(min(n.lost_at), '%Y-%m-%dT%H:%M:%SZ'),
+                    arg_min(n.gpus_held, n.lost_at))
+               ELSE format('Kueue evicted the Workload at {} ({}: {})', strftime(min(n.lost_at), '%Y-%m-%dT%H:%M:%SZ'),
+                           arg_min(n.reason, n.lost_at), arg_min(n.message, n.lost_at))
+           END AS summary
+    FROM intermediate.int_node_loss n JOIN j USING (cluster, namespace, job)
+    GROUP BY n.cluster, n.namespace, n.job
 ),
 dips AS (
     SELECT d.*, i.bandwidth_drops, i.link_errors, i.ports_down, i.signal_nodes, i.first_signal_at,
@@ -79,6 +123,30 @@ ic_f AS (
                                                'IB port down' || CASE WHEN json_array_length(ports_down) > 0 THEN '' END],
                                               x -> x IS NOT NULL), ', ')) AS summary
     FROM dip_ev WHERE len(signal_nodes) > 0 AND NOT misplaced
+),
+thr_f AS (
+    -- A dip without an interconnect signal, with a throttled GPU (intermediate.int_gpu_throttle).
+    SELECT d.cluster, d.namespace, d.job, 'gpu_throttle' AS root_cause, 'warning' AS severity,
+           d.started_at, d.ended_at,
+           CASE WHEN list_bool_or([len(x.reasons) > 0 OR coalesce(x.thermal_throttle, 0) > 0
+                                   FOR x IN t.gpus]) THEN 0.9 ELSE 0.8 END AS confidence,
+           t.nodes,
+           to_json({'throughput': d.tp.throughput, 'throttled_gpus': t.throttled_gpus,
+                    'clock_threshold_ratio': getvariable('throttle_clock_ratio')}) AS evidence,
+           format('Throughput fell to {}% of baseline while GPU {} on {} ran at {} MHz against its peers'' {} MHz{}{}',
+                  TRY_CAST(round(100 * d.min_ratio) AS INTEGER), t.gpus[1].gpu, t.gpus[1].node,
+                  TRY_CAST(t.gpus[1].sm_clock AS BIGINT), TRY_CAST(t.gpus[1].peers_clock AS BIGINT),
+                  CASE WHEN t.gpus[1].gpu_temp IS NOT NULL
+                       THEN format(' at {} C', TRY_CAST(t.gpus[1].gpu_temp AS BIGINT)) ELSE '' END,
+                  CASE WHEN len(t.gpus[1].reasons) > 0 THEN ' (' || array_to_string(t.gpus[1].reasons, ', ') || ')'
+                       ELSE '' END) AS summary
+    FROM dip_ev d
+    JOIN (SELECT *, from_json(throttled_gpus, '[{"node": "VARCHAR", "gpu": "VARCHAR", "sm_clock": "DOUBLE",
+                                                "peers_clock": "DOUBLE", "gpu_temp": "DOUBLE", "reasons": ["VARCHAR"],
+                                                "thermal_throttle": "DOUBLE"}]') AS gpus
+          FROM intermediate.int_gpu_throttle) t
+      ON t.cluster = d.cluster AND t.namespace = d.namespace AND t.job = d.job AND t.dip_started_at = d.started_at
+    WHERE len(d.signal_nodes) = 0
 ),
 ev AS (
     SELECT e.*, w.namespace AS preemptor_namespace, w.name AS preemptor_workload,
@@ -264,11 +332,128 @@ gang_f AS (
     LEFT JOIN stuck_units su USING (cluster, namespace, job)
     WHERE g.timed_out
 ),
+su_f AS (
+    -- Pods bound whose containers never start (intermediate.int_startup_failures).
+    SELECT s.cluster, s.namespace, s.job, 'startup_failure' AS root_cause,
+           CASE WHEN s.gpus_held > 0 THEN 'critical' ELSE 'warning' END AS severity,
+           s.started_at, s.ended_at,
+           CASE WHEN s.reason IS NOT NULL THEN 0.95 WHEN s.events IS NOT NULL OR s.kueue_eviction IS NOT NULL THEN 0.85
+                ELSE 0.7 END AS confidence,
+           j.nodes,
+           to_json({'pods_stuck': s.pods_stuck, 'gpus_held': s.gpus_held,
+                    'first_pod': {'pod': s.first_pod, 'container': s.container, 'image': s.image, 'reason': s.reason,
+                                  'message': s.message, 'immediate': s.immediate, 'bound_at': s.bound_at,
+                                  'stuck_s': s.stuck_s},
+                    'pods': s.pods, 'events': s.events, 'kueue_eviction': s.kueue_eviction,
+                    'threshold_s': getvariable('startup_timeout_s')}) AS evidence,
+           CASE WHEN s.first_pod IS NULL
+                THEN format('Kueue evicted the Workload at {} because its pods never became ready ({}: {})',
+                            strftime(TRY_CAST(s.kueue_eviction->>'$.at' AS TIMESTAMPTZ), '%Y-%m-%dT%H:%M:%SZ'),
+                            s.kueue_eviction->>'$.reason', s.kueue_eviction->>'$.message')
+                ELSE format('Containers of {} pod(s) not started {} min after binding: {}{}{}', s.pods_stuck,
+                            TRY_CAST(round(s.stuck_s / 60) AS BIGINT),
+                            coalesce(s.reason, 'no container started'),
+                            CASE WHEN s.image IS NOT NULL AND s.reason ILIKE '%Image%' THEN ' for image ' || s.image
+                                 ELSE '' END,
+                            coalesce(' (' || left(s.message, 200) || ')', ''))
+           END AS summary
+    FROM intermediate.int_startup_failures s JOIN j USING (cluster, namespace, job)
+),
+crash_f AS (
+    -- The job's containers failed (intermediate.int_container_failures): the first rank that failed, how, restarts.
+    SELECT c.cluster, c.namespace, c.job, 'workload_crash' AS root_cause,
+           CASE WHEN c.recovered_at IS NULL THEN 'critical' ELSE 'warning' END AS severity,
+           c.first_failed_at AS started_at, c.recovered_at AS ended_at,
+           CASE WHEN c.first_exit_code IS NOT NULL OR c.crash_looping > 0 THEN 0.95 ELSE 0.85 END AS confidence,
+           CASE WHEN c.first_node IS NOT NULL THEN [c.first_node] ELSE j.nodes END AS nodes,
+           to_json({'first_failure': {'pod': c.first_pod, 'rank': c.first_rank, 'container': c.first_container,
+                                      'node': c.first_node, 'exit_code': c.first_exit_code, 'reason': c.first_reason,
+                                      'at': c.first_failed_at,
+                                      'oom_killed': coalesce(c.first_reason = 'OOMKilled', false)},
+                    'failures': c.failures, 'oom_kills': c.oom_kills, 'exit_codes': c.exit_codes,
+                    'restarts': c.restarts, 'crash_looping': c.crash_looping,
+                    'crash_loop_message': c.crash_loop_message, 'last_failed_at': c.last_failed_at,
+                    'controller': CASE WHEN c.controller_reason IS NOT NULL OR c.jobset_restarts > 0 THEN
+                        {'kind': c.controller_kind, 'reason': c.controller_reason, 'message': c.controller_message,
+                         'at': c.controller_failed_at, 'jobset_restarts': c.jobset_restarts} END,
+                    'crashes': c.crashes}) AS evidence,
+           format('{}{}{}{}',
+                  CASE WHEN c.first_pod IS NULL THEN 'Containers of the job failed'
+                       ELSE coalesce('Rank ' || c.first_rank || ' (pod ' || c.first_pod || ')', 'Pod ' || c.first_pod)
+                            || ' container ' || c.first_container
+                            || CASE WHEN c.first_reason = 'OOMKilled'
+                                    THEN ' was killed for running out of memory (OOMKilled, exit code '
+                                         || c.first_exit_code || ')'
+                                    ELSE ' exited with code ' || c.first_exit_code
+                                         || coalesce(' (' || c.first_reason || ')', '') END
+                            || ' at ' || strftime(c.first_failed_at, '%Y-%m-%dT%H:%M:%SZ') END,
+                  CASE WHEN c.restarts > 0 THEN format('; {} restarts', c.restarts) ELSE '' END,
+                  CASE WHEN c.crash_looping > 0 THEN format('; {} pod(s) in CrashLoopBackOff', c.crash_looping)
+                       ELSE '' END,
+                  CASE WHEN c.controller_reason IS NOT NULL
+                       THEN format('; {} failed: {}', c.controller_kind, c.controller_reason)
+                       WHEN c.jobset_restarts > 0 THEN format('; JobSet restarted {} times', c.jobset_restarts)
+                       ELSE '' END) AS summary
+    FROM intermediate.int_container_failures c JOIN j USING (cluster, namespace, job)
+),
+explaining AS (
+    -- Incidents a crash or a stall of the same job can be part of: a GPU fault, a lost node, degraded links or a
+    -- throttled GPU, a preemption, containers that never started (and, for a stall, a crash: a hung collective that
+    -- the watchdog ends). Placement and queue classes explain neither.
+    SELECT cluster, namespace, job, root_cause, started_at, ended_at FROM gpu_f
+    UNION ALL SELECT cluster, namespace, job, root_cause, started_at, ended_at FROM node_f
+    UNION ALL SELECT cluster, namespace, job, root_cause, started_at, ended_at FROM ic_f
+    UNION ALL SELECT cluster, namespace, job, root_cause, started_at, ended_at FROM thr_f
+    UNION ALL SELECT cluster, namespace, job, root_cause, started_at, ended_at FROM pre_f
+    UNION ALL SELECT cluster, namespace, job, root_cause, started_at, ended_at FROM su_f
+    UNION ALL SELECT cluster, namespace, job, root_cause, started_at, ended_at FROM crash_f
+),
+crash_kept AS (
+    -- One incident, one finding: a crash while a cause above it held (the XID that killed the process, the node
+    -- lost under it, the preemption that stopped its peers) is that incident's.
+    SELECT c.* FROM crash_f c
+    WHERE NOT EXISTS (SELECT 1 FROM explaining x
+                      WHERE x.cluster = c.cluster AND x.namespace = c.namespace AND x.job = c.job
+                        AND x.root_cause <> 'workload_crash'
+                        AND x.started_at <= c.started_at + INTERVAL 1 MINUTE
+                        AND coalesce(x.ended_at, 'infinity'::TIMESTAMPTZ) >= c.started_at - INTERVAL 1 MINUTE)
+),
+stall_f AS (
+    SELECT s.cluster, s.namespace, s.job, 'training_stalled' AS root_cause, 'critical' AS severity,
+           s.stalled_from AS started_at, s.ended_at,
+           CASE WHEN s.how = 'reported_zero' THEN 0.8 ELSE 0.7 END AS confidence, j.nodes,
+           to_json({'stalled_from': s.stalled_from, 'stalled_s': round(s.stalled_s), 'how': s.how,
+                    'last_progress_at': s.last_progress_at, 'last_value': round(s.last_value, 3),
+                    'baseline': round(s.baseline, 3), 'pods_running': j.pods_running, 'gang_size': j.gang_size,
+                    'gpu_util': round(s.gpu_util, 1), 'gpu_power': round(s.gpu_power, 1),
+                    'pause_ratio': getvariable('pause_ratio'), 'threshold_s': getvariable('stall_s')}) AS evidence,
+           format('No training progress for {} min since {} while {}/{} pods stay Running ({}{})',
+                  TRY_CAST(round(s.stalled_s / 60) AS BIGINT), strftime(s.stalled_from, '%Y-%m-%dT%H:%M:%SZ'),
+                  j.pods_running, j.gang_size,
+                  CASE s.how WHEN 'reported_zero' THEN 'throughput reported at about 0'
+                             ELSE 'throughput stopped reporting' END,
+                  CASE WHEN s.gpu_util IS NOT NULL
+                       THEN format('; its GPUs {}% busy', TRY_CAST(round(s.gpu_util) AS BIGINT)) ELSE '' END) AS summary
+    FROM intermediate.int_training_stalls s JOIN j USING (cluster, namespace, job)
+    WHERE NOT EXISTS (SELECT 1 FROM explaining x
+                      WHERE x.cluster = s.cluster AND x.namespace = s.namespace AND x.job = s.job
+                        AND x.started_at <= coalesce(s.ended_at, 'infinity'::TIMESTAMPTZ) + INTERVAL 1 MINUTE
+                        AND coalesce(x.ended_at, 'infinity'::TIMESTAMPTZ) >= s.stalled_from - INTERVAL 1 MINUTE)
+),
 quiet_dips AS (
+    -- Dips no interconnect or GPU signal explains: misplacement or unexplained. A dip while a GPU fault, a
+    -- preemption, a lost node or a crash held is that incident's.
     SELECT d.* FROM dip_ev d
     WHERE len(d.signal_nodes) = 0
+      AND NOT EXISTS (SELECT 1 FROM thr_f t WHERE t.cluster = d.cluster AND t.namespace = d.namespace
+                      AND t.job = d.job AND t.started_at = d.started_at)
       AND NOT EXISTS (SELECT 1 FROM gpu_f g WHERE g.cluster = d.cluster AND g.namespace = d.namespace AND g.job = d.job)
       AND NOT EXISTS (SELECT 1 FROM pre_f p WHERE p.cluster = d.cluster AND p.namespace = d.namespace AND p.job = d.job)
+      AND NOT EXISTS (SELECT 1 FROM explaining x
+                      WHERE x.cluster = d.cluster AND x.namespace = d.namespace AND x.job = d.job
+                        AND x.root_cause IN ('node_failure', 'workload_crash')
+                        AND x.started_at <= coalesce(d.ended_at, 'infinity'::TIMESTAMPTZ) + INTERVAL 1 MINUTE
+                        AND coalesce(x.ended_at, 'infinity'::TIMESTAMPTZ) >= d.started_at - INTERVAL 1 MINUTE)
 ),
 mis_f AS (
     SELECT cluster, namespace, job, 'topology_misplacement' AS root_cause, 'warning' AS severity,
@@ -288,10 +473,23 @@ slow_f AS (
                   TRY_CAST(round(100 * min_ratio) AS INTEGER), samples) AS summary
     FROM quiet_dips WHERE NOT misplaced
 ),
+gang_kept AS (
+    -- A member replaced after its node was lost leaves the gang incomplete: the lost node's incident, not a gang
+    -- that fails to assemble.
+    SELECT g.* FROM gang_f g
+    WHERE NOT EXISTS (SELECT 1 FROM node_f n
+                      WHERE n.cluster = g.cluster AND n.namespace = g.namespace AND n.job = g.job
+                        AND n.started_at <= coalesce(TRY_CAST(g.evidence->>'$.assembled_at' AS TIMESTAMPTZ),
+                                                     'infinity'::TIMESTAMPTZ)
+                        AND n.started_at >= TRY_CAST(g.evidence->>'$.assembly_started_at' AS TIMESTAMPTZ))
+),
 incidents AS (
-    SELECT * FROM gpu_f UNION ALL BY NAME SELECT * FROM ic_f UNION ALL BY NAME SELECT * FROM pre_f
-    UNION ALL BY NAME SELECT * FROM adm_f UNION ALL BY NAME SELECT * FROM gang_f
-    UNION ALL BY NAME SELECT * FROM mis_f UNION ALL BY NAME SELECT * FROM slow_f
+    SELECT * FROM gpu_f UNION ALL BY NAME SELECT * FROM node_f UNION ALL BY NAME SELECT * FROM ic_f
+    UNION ALL BY NAME SELECT * FROM thr_f UNION ALL BY NAME SELECT * FROM pre_f
+    UNION ALL BY NAME SELECT * FROM adm_f UNION ALL BY NAME SELECT * FROM gang_kept
+    UNION ALL BY NAME SELECT * FROM su_f UNION ALL BY NAME SELECT * FROM crash_kept
+    UNION ALL BY NAME SELECT * FROM mis_f UNION ALL BY NAME SELECT * FROM stall_f
+    UNION ALL BY NAME SELECT * FROM slow_f
 ),
 healthy AS (
     SELECT j.cluster, j.namespace, j.job, 'healthy' AS root_cause, 'info' AS severity,
@@ -299,7 +497,11 @@ healthy AS (
            to_json({'state': j.state, 'gang_size': j.gang_size, 'pods_running': j.pods_running,
                     'assembly_s': round(g.assembly_s), 'assembled_at': g.assembled_at,
                     'assembled_before_capture': g.assembled_before_capture, 'start_up_s': round(g.start_up_s),
-                    'all_running_at': j.all_running_at}) AS evidence,
+                    'all_running_at': j.all_running_at,
+                    -- what "making progress" rests on: the job's throughput series, when it reports one
+                    'throughput_reported': EXISTS (SELECT 1 FROM intermediate.int_job_throughput t
+                                                   WHERE t.cluster = j.cluster AND t.namespace = j.namespace
+                                                     AND t.job = j.job)}) AS evidence,
            format('No incident: {} with {}/{} pods running{}', j.state, j.pods_running, j.gang_size,
                   CASE WHEN g.start_up_s IS NOT NULL THEN format(' (bound to running in {} s)', TRY_CAST(round(g.start_up_s) AS BIGINT))
                        WHEN g.assembled_before_capture THEN ' (assembled before capture began)' ELSE '' END) AS summary

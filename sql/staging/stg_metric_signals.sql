@@ -20,6 +20,11 @@
 --   (any series labelled replica_role="follower" is dropped: a Kueue HA follower's copy; leader / standalone count)
 --   kueue_admission_wait  rate of the histogram's _sum (s/s) and _count (1/s) rows: mean wait = sum / count
 --   ray_pg_pending placement groups in state PENDING
+--   sm_clock       MHz (DCGM_FI_DEV_SM_CLOCK)
+--   gpu_temp       C; gpu_power W
+--   clock_reasons  bit mask (clock-event / throttle reasons, field 112)
+--   clock_events   events per exporter window (DCGM_EXP_CLOCK_EVENTS_COUNT; device = the clock_event label)
+--   throttle_time  share of time throttled, 0..1 (violation / per-reason ns counters as a rate x 1e-9)
 -- Counters: per-second rate against the previous non-NULL sample of the same series (same cluster,
 -- target, metric, labels) within `max_rate_gap_s`; a decrease is a reset (rate = value / dt); a
 -- counter saturated at 4294967295 on both samples gives NULL (unknown, not zero); a series' first
@@ -30,7 +35,7 @@
 -- column: metric: metric name exactly as the exporter wrote it
 -- column: node: Node name: raw node, else the hostname/node/kubernetes_node/nodename label, else instance host via staging.stg_node_addresses
 -- column: gpu: the gpu label (GPU index), else gpu_uuid (NVLink link entities)
--- column: device: IB '<device>/<port>', NVLink 'nvlink<N>', Kueue cluster_queue; else NULL
+-- column: device: IB '<device>/<port>', NVLink 'nvlink<N>', Kueue cluster_queue, dcgm-exporter clock_event; else NULL
 -- column: namespace: pod namespace (namespace, else exported_namespace)
 -- column: pod: pod name (pod, else exported_pod)
 -- column: job_name: the job_name label (throughput samples without a pod)
@@ -99,6 +104,7 @@ attrs AS (
            max(l.v) FILTER (WHERE l.k = 'port') AS l_port,
            max(l.v) FILTER (WHERE l.k = 'nvlink') AS l_nvlink,
            max(l.v) FILTER (WHERE l.k = 'cluster_queue') AS l_cluster_queue,
+           max(l.v) FILTER (WHERE l.k = 'clock_event') AS l_clock_event,
            max(l.v) FILTER (WHERE l.k = 'pod') AS l_pod,
            max(l.v) FILTER (WHERE l.k = 'namespace') AS l_namespace,
            max(l.v) FILTER (WHERE l.k = 'exported_pod') AS l_exported_pod,
@@ -130,6 +136,7 @@ series_attrs AS MATERIALIZED (
                    THEN 'nvlink' || regexp_extract(x.metric, '_L([0-9]+)(_|$)', 1)
                WHEN x.l_port IS NOT NULL AND x.l_device IS NOT NULL THEN x.l_device || '/' || x.l_port
                WHEN x.l_cluster_queue IS NOT NULL THEN x.l_cluster_queue
+               WHEN x.l_clock_event IS NOT NULL THEN x.l_clock_event
            END AS device,
            CASE WHEN x.l_pod IS NOT NULL THEN x.l_namespace ELSE x.l_exported_namespace END AS namespace,
            coalesce(x.l_pod, x.l_exported_pod) AS pod,

@@ -42,6 +42,16 @@
 -- column: required_node_terms: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
 --   .nodeSelectorTerms (JSON array; a node must match one term)
 -- column: tolerations: spec.tolerations (JSON array)
+-- column: disruption_message: message of condition DisruptionTarget=True (e.g. "Taint manager: deleting due to NoExecute
+--   taint")
+-- column: status_reason: status.reason: why the pod stopped (Evicted by the kubelet, Terminated by a node shutdown,
+--   NodeLost, NodeShutdown, UnexpectedAdmissionError)
+-- column: status_message: status.message (e.g. "The node was low on resource: memory. ...")
+-- column: deletion_requested_at: when graceful deletion was requested (earliest metadata.deletionTimestamp seen minus
+--   deletionGracePeriodSeconds): a container that exits after it is stopped, not crashed
+-- column: restart_policy: spec.restartPolicy (Always, OnFailure, Never)
+-- column: completion_index: the rank: label or annotation batch.kubernetes.io/job-completion-index (Indexed Jobs),
+--   else JobSet's jobset.sigs.k8s.io/job-index
 WITH ev AS (
     SELECT *, coalesce(uid, namespace || '/' || name) AS key,
            coalesce(json_extract(object, '$.status.conditions[*]'), []::JSON[]) AS conds,
@@ -57,6 +67,10 @@ times AS (
            coalesce(list_min([TRY_CAST(c->>'$.lastTransitionTime' AS TIMESTAMPTZ) FOR c IN conds
                               IF (c->>'$.type') = 'PodScheduled' AND (c->>'$.status') = 'True']),
                     TRY_CAST(object->>'$.status.startTime' AS TIMESTAMPTZ)) AS own_bound_at,
+           -- deletionTimestamp is when the grace period ends: the request came deletionGracePeriodSeconds before it.
+           TRY_CAST(object->>'$.metadata.deletionTimestamp' AS TIMESTAMPTZ)
+               - to_seconds(coalesce(TRY_CAST(object->>'$.metadata.deletionGracePeriodSeconds' AS BIGINT), 0))
+               AS deletion_ts,
            coalesce(list_min(flatten([[TRY_CAST(s->>'$.state.running.startedAt' AS TIMESTAMPTZ),
                                        TRY_CAST(s->>'$.state.terminated.startedAt' AS TIMESTAMPTZ),
                                        TRY_CAST(s->>'$.lastState.terminated.startedAt' AS TIMESTAMPTZ)]
@@ -72,7 +86,8 @@ hist AS (
            min(own_bound_at) AS own_bound_at,
            min(observed_at) FILTER (WHERE bound) AS seen_bound_at,
            min(own_running_at) AS own_running_at,
-           min(observed_at) FILTER (WHERE running) AS seen_running_at
+           min(observed_at) FILTER (WHERE running) AS seen_running_at,
+           min(deletion_ts) AS deletion_requested_at
     FROM times GROUP BY cluster, key
 ),
 latest AS (
@@ -100,6 +115,8 @@ conds AS (
                AS disruption_reason,
            max(c->>'$.message') FILTER (WHERE (c->>'$.type') = 'PodScheduled' AND (c->>'$.status') = 'False')
                AS unscheduled_message,
+           max(c->>'$.message') FILTER (WHERE (c->>'$.type') = 'DisruptionTarget' AND (c->>'$.status') = 'True')
+               AS disruption_message,
            min(TRY_CAST(c->>'$.lastTransitionTime' AS TIMESTAMPTZ))
                FILTER (WHERE (c->>'$.type') = 'DisruptionTarget' AND (c->>'$.status') = 'True') AS disruption_at
     FROM latest l, unnest(coalesce(json_extract(l.object, '$.status.conditions[*]'), []::JSON[])) AS t(c)
@@ -152,7 +169,15 @@ SELECT
     c.disruption_at,
     coalesce(json_extract(l.object, '$.spec.nodeSelector'), '{}'::JSON) AS node_selector,
     coalesce(json_extract(l.object, '$.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms'), '[]'::JSON) AS required_node_terms,
-    coalesce(json_extract(l.object, '$.spec.tolerations'), '[]'::JSON) AS tolerations
+    coalesce(json_extract(l.object, '$.spec.tolerations'), '[]'::JSON) AS tolerations,
+    c.disruption_message,
+    l.object->>'$.status.reason' AS status_reason,
+    l.object->>'$.status.message' AS status_message,
+    h.deletion_requested_at,
+    l.object->>'$.spec.restartPolicy' AS restart_policy,
+    coalesce(l.object->>'$.metadata.labels."batch.kubernetes.io/job-completion-index"',
+             l.object->>'$.metadata.annotations."batch.kubernetes.io/job-completion-index"',
+             l.object->>'$.metadata.labels."jobset.sigs.k8s.io/job-index"') AS completion_index
 FROM latest l
 JOIN hist h USING (cluster, key)
 LEFT JOIN owners o USING (cluster, key)

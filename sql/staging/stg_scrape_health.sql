@@ -1,16 +1,17 @@
 -- Scrape health: one row per scrape of a target (the `up`/duration/samples series Prometheus keeps),
 -- deduplicated (a record the publisher re-sent after a lost ack lands twice with different offsets).
--- A target that is down, or whose answer was not a whole, valid exposition (empty, over the size
--- limit, another content type, a broken line), has up = false, no samples, and its error.
+-- A target that is down, or whose answer was not a whole exposition (empty, over the size limit,
+-- cut short, another content type, not one good line), has up = false, no samples, and its error; a
+-- scrape with broken lines has up = true, the samples of its good lines, and an error naming the others.
 -- column: cluster: cluster name
 -- column: scraped_at: when the scrape started
 -- column: target: scrape target (URL, or instance for replayed files)
 -- column: scrape_job: scrape job (dcgm, node, kueue, scheduler, ray, training, ...)
 -- column: instance: host:port of the target
--- column: up: the target answered with HTTP 200 and a whole body that parsed
+-- column: up: the target answered with HTTP 200 and a whole body with at least one good line
 -- column: duration_s: how long the scrape took (request and parse)
 -- column: samples: samples in the scrape
--- column: error: why the scrape failed (e.g. the first broken exposition line); NULL when up
+-- column: error: why the scrape failed, or the broken exposition lines left out of a scrape that landed; NULL when clean
 -- column: interval_s: seconds since this target's previous scrape (NULL for the first)
 WITH scrapes AS (
     SELECT *

@@ -1,4 +1,4 @@
-"""Test objects shaped like ../shared/reference (loaded from it where whole objects exist)."""
+"""Test objects shaped like tests/fixtures/reference (loaded from it where whole objects exist)."""
 
 from __future__ import annotations
 

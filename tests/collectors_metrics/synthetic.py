@@ -9,17 +9,13 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import pytest
-
-REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "telemetry"
+REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "reference" / "telemetry"
 L4_SAMPLE = REFERENCE / "dcgm-exporter_metrics_sample_L4_gpu-operator.prom"
 IB_SAMPLE = REFERENCE / "node_exporter_e2e-output_infiniband-excerpt.prom"
 
 
 def reference_text(path: Path) -> str:
-    """A real exporter listing from ../shared/reference; the test skips without it, as the ``reference`` fixture."""
-    if not path.is_file():
-        pytest.skip(f"reference data not found at {path}")
+    """A real exporter listing from tests/fixtures/reference (its source: telemetry/SOURCES.md there)."""
     return path.read_text()
 
 # (name, type, help, kind of value) in the order of dcgm-exporter's default-counters.csv

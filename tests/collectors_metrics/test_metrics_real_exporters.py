@@ -80,7 +80,7 @@ def test_gzip_chunked_real_body_lands_sample_for_sample(node_exporter: Process) 
     (Route("up 1\n" + "x" * 5000 + " 1\n", chunk=512), "body exceeds the limit of 4096 bytes"),
     (Route("up 1\n" + "x" * 5000 + " 1\n"), "body of 5008 bytes exceeds the limit of 4096 bytes"),
     (Route('{"status":"success"}', content_type="application/json"), "unsupported content type"),
-    (Route(b"up 1\nm{a=\"\xff\"} 2\n"), "body is not UTF-8"),
+    (Route(b"m{a=\"\xff\"} 2\n"), "parse error (text): line 1: not UTF-8 (byte 0xff)"),
     (Route('up 1\n', content_type="application/openmetrics-text; version=1.0.0"),
      "parse error (openmetrics): line 1: OpenMetrics text does not end with # EOF"),
 ])

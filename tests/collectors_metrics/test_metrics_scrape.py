@@ -82,19 +82,23 @@ def test_slow_target_times_out_without_delaying_others(tmp_path: Path) -> None:
     assert max(b.duration_s for b in fast) < slow.duration_s
 
 
-def test_broken_line_fails_the_whole_scrape(tmp_path: Path) -> None:
+def test_broken_lines_are_refused_and_the_good_lines_land(tmp_path: Path) -> None:
     lines = h100_scrape("gpu-x", gpus=1).splitlines()
-    lines.insert(7, 'DCGM_FI_DEV_GPU_TEMP{gpu="0" 31')
-    routes = {"/m": Route("\n".join(lines) + "\n"), "/err": Route("oops", status=500)}
+    good = "\n".join(lines) + "\n"
+    lines.insert(7, 'DCGM_FI_DEV_GPU_TEMP{gpu="0" 31')  # line 8: no closing brace
+    lines.insert(9, 'DCGM_FI_DEV_GPU_TEMP{gpu="0",bad="X"} 31')  # line 10: a byte that is not UTF-8
+    body = ("\n".join(lines) + "\n").encode().replace(b'bad="X"', b'bad="\xff"')
+    routes = {"/m": Route(body), "/good": Route(good), "/err": Route("oops", status=500)}
     with http_serve(routes) as (base, _):
         batches, _ = _round([Target(url=f"{base}/m", job="dcgm", interval_s=15, timeout_s=2),
-                             Target(url=f"{base}/err", job="dcgm", interval_s=15, timeout_s=2),
-                             Target(url="http://127.0.0.1:1/metrics", job="dcgm", interval_s=15, timeout_s=2)])
-    ok, err, refused = batches
-    # Like Prometheus: one broken line and nothing of the scrape is recorded as a success.
-    assert not ok.up and ok.error.startswith("parse error (text): line 8: ") and ok.sample_value == []
+                             Target(url=f"{base}/good", job="dcgm", interval_s=15, timeout_s=2),
+                             Target(url=f"{base}/err", job="dcgm", interval_s=15, timeout_s=2)])
+    partial, whole, err = batches
+    # Unlike Prometheus (which drops the scrape): the node is not blind, and the record names what was refused.
+    assert partial.up and partial.error.startswith("parse error (text): line 8: missing '}' (+1 more)")
+    assert partial.sample_value == whole.sample_value and partial.series_labels == whole.series_labels
+    assert len(whole.sample_value) == 25 and whole.error is None
     assert not err.up and "HTTP 500" in err.error
-    assert not refused.up and refused.error
 
 
 def test_bearer_token_is_sent(tmp_path: Path) -> None:
@@ -147,7 +151,8 @@ def test_discovery_lists_pods_and_labels_training_samples(tmp_path: Path) -> Non
         api_routes = {"/api/v1/namespaces/gpu-operator/pods": Route(json.dumps(dcgm_pods)),
                       "/api/v1/pods": Route(json.dumps(train_pods))}
         with http_serve(api_routes) as (api, seen):
-            s = _settings(tmp_path, discovery=[{"job": "dcgm", "namespace": "gpu-operator"}, {"job": "training"}])
+            s = _settings(tmp_path, discovery=[{"job": "dcgm", "namespace": "gpu-operator", "via": "pod_ip"},
+                                               {"job": "training", "via": "pod_ip"}])
             targets = discover(discovery_rules(s), Client(api))
             assert "labelSelector=app%3Dnvidia-dcgm-exporter" in seen[0][0]
         dcgm, train = targets
@@ -248,7 +253,8 @@ def test_worker_pool_builds_the_same_records() -> None:
         a.pop("duration_s"), b.pop("duration_s"), a.pop("scraped_at"), b.pop("scraped_at"), a.pop("dt"), b.pop("dt")
         assert a == b and got.error == ref.error
     bad = by_url[f"{base}/b"]
-    assert not bad.up and bad.samples == 0 and bad.error.startswith("parse error (text): line 1: ")
+    # The broken line is named, the good one landed, in the workers as in the scraper.
+    assert bad.up and bad.samples == 1 and bad.error.startswith("parse error (text): line 1: ")
 
 
 def test_serve_with_parse_workers(tmp_path: Path) -> None:

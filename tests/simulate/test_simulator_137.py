@@ -85,7 +85,7 @@ def test_delegated_child_jobs(tmp_path: Path) -> None:
     objs = [e["object"] for e in _events(d)]
     beta = [o for o in objs if o["apiVersion"] == "scheduling.k8s.io/v1beta1"]
     wls = {o["metadata"]["name"]: o for o in beta if o["kind"] == "Workload"}
-    pgs = [o for o in beta if o["kind"] == "PodGroup"]
+    pgs = list({o["metadata"]["uid"]: o for o in beta if o["kind"] == "PodGroup"}.values())  # last state each
     assert not [o for o in objs if o["kind"] == "CompositePodGroup"]
     children = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Job"
                 and "scheduling.k8s.io/group-template-name" in o["metadata"].get("annotations", {})}

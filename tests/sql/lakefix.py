@@ -1,6 +1,6 @@
 """Insert real-shaped Kubernetes watch events and Prometheus samples straight into a lake's raw tables.
 
-Objects follow the shapes in /work/shared/reference (Kueue Workload v1beta2 status, coscheduling
+Objects follow the shapes in tests/fixtures/reference (Kueue Workload v1beta2 status, coscheduling
 PodGroup, native scheduling.k8s.io PodGroup, core/v1 and events.k8s.io/v1 Events, dcgm-exporter labels).
 """
 
@@ -66,7 +66,7 @@ class Raw:
             con.execute(f"INSERT INTO raw.k8s_objects SELECT {select} FROM _rows")
             con.unregister("_rows")
         if self.samples:
-            insert_samples(con, pl.DataFrame(self.samples, orient="row", schema=[
+            insert_samples(con, pl.DataFrame(self.samples, orient="row", infer_schema_length=None, schema=[
                 "cluster", "ts", "metric", "labels", "value", "node", "target", "job", "instance"]))
         self.k8s, self.samples = [], []
 

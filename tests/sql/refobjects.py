@@ -1,4 +1,4 @@
-"""Reference objects (../shared/reference) moved onto the lakefix timeline, copied and renamed for variants.
+"""Reference objects (tests/fixtures/reference) moved onto the lakefix timeline, copied and renamed for variants.
 
 The reference YAML files carry their own times (2026-09-02T08:00:00Z, ...). ``load`` shifts every
 RFC 3339 time in a document by one offset, so the objects keep their own history (creation, condition

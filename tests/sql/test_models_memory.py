@@ -99,7 +99,7 @@ def _build(settings: config.Settings, spill: bool = True) -> tuple[list[dict], l
 
 
 def test_build_under_a_small_memory_limit_finds_the_same(tmp_path: Path) -> None:
-    unbounded, small = _settings(tmp_path / "data", None), _settings(tmp_path / "data", "48MB")
+    unbounded, small = _settings(tmp_path / "data", None), _settings(tmp_path / "data", "64MB")
     con = lake.connect(unbounded)
     try:
         raw = Raw()
@@ -110,7 +110,7 @@ def test_build_under_a_small_memory_limit_finds_the_same(tmp_path: Path) -> None
     findings, signals, jobs = _build(unbounded)
     assert {f["root_cause"] for f in findings} - {"healthy"}, "the lake must have findings to compare"
     assert signals and jobs
-    # 48 MB does not hold this build: with spilling forbidden it runs out of memory...
+    # 64 MB does not hold this build: with spilling forbidden it runs out of memory...
     with pytest.raises(UserError, match="Out of Memory"):
         _build(small, spill=False)
     # ... so the bounded build spilled to <data>/tmp, and found exactly the same.

@@ -1,5 +1,5 @@
 """Kubernetes 1.35 / 1.36 / 1.37 native gang objects as the API server serves them (issue 19), built from the
-reference files in ../shared/reference/gang: every scenario is judged for its job, its gang, its class and
+reference files in tests/fixtures/reference/gang: every scenario is judged for its job, its gang, its class and
 the evidence, once watched live (objects seen as their own times pass) and once first seen in an initial
 list at watch start (ADDED, history only in the objects' own timestamps)."""
 

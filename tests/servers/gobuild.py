@@ -1,0 +1,36 @@
+"""Waiting for the Go tools `.ci/run` builds in the background (.ci/build-kubernetes: the Kubernetes control plane,
+kwok, Kueue, Helm): a test that needs one of them waits while the build runs, so CI can run the README's test
+command as it is, the build beside the other tests. Without a build running there is nothing to wait for."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+PID_FILE = Path.home() / ".cache" / "gangscope-builds.pid"
+LOG_FILE = Path.home() / ".cache" / "gangscope-builds.log"
+
+
+def _running() -> bool:
+    try:
+        pid = int(PID_FILE.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def wait(timeout_s: float = 3600.0) -> None:
+    """Return once no background build runs (at most ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while _running() and time.monotonic() < deadline:
+        time.sleep(5)
+
+
+def log_tail(chars: int = 1500) -> str:
+    """The end of the background build's log, for a test that found its binary missing."""
+    try:
+        return LOG_FILE.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""

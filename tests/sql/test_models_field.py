@@ -1,0 +1,623 @@
+"""Healthy is earned (issue 31): the failures that stop real training runs beyond scheduling and interconnect, told
+with the upstream shapes of tests/fixtures/reference/field/, each watched live and met in the middle of life (first
+seen in an initial list at minute CAPTURE), with the decoys of a training job's normal life beside them. Real
+DuckLake, real models.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+import pytest
+
+from reports import diagnose
+from tests.sql import fieldfix as ff
+from tests.sql.fieldfix import NS, Story, bind, job_pod, pod_event, ref, run, running_pod, terminate, waiting
+from tests.sql.lakefix import build_lake, cond, iso, node
+
+CAPTURE = 50.0
+END = 70.0
+PULL = "pod_image-pull-backoff.yaml"
+OOM = "pod_crashloop-oomkilled.yaml"
+
+
+# --- start-up -------------------------------------------------------------------------------------------------------
+
+def _image_pull(s: Story) -> None:
+    """Both pods bound at 5, the image never pulls: ErrImagePull, then ImagePullBackOff for the rest of the hour."""
+    pull = [d for d in ff.docs(PULL) if d.get("kind") == "Pod"]
+    evs = [d for d in ff.docs(PULL) if d.get("kind") == "Event"]
+    for i, n in enumerate(("f1", "f2")):
+        p = job_pod("img-pull", i, 5)
+        s.add(5, p)
+        s.emit(5.05, bind(p, n, 5.05))
+        err = pull[1]["status"]["containerStatuses"][0]["state"]["waiting"]
+        s.emit(5.2, waiting(p, err["reason"], err["message"]))
+        back = pull[0]["status"]["containerStatuses"][0]["state"]["waiting"]
+        s.emit(5.5, waiting(p, back["reason"], back["message"]))
+        for e in evs:
+            s.add(5.1, pod_event(p, e, 5.1, 5.1, 1))
+            s.emit(END - 1, pod_event(p, e, 5.1, END - 1, 40))
+
+
+def _config_error(s: Story) -> None:
+    """Bound at 62, a missing Secret: CreateContainerConfigError, an error that cannot clear by itself."""
+    bad = ref("pod_create-config-and-mount-errors.yaml", "Pod", 0)["status"]["containerStatuses"][0]["state"]["waiting"]
+    ev = ref("pod_create-config-and-mount-errors.yaml", "Event", 0)
+    p = job_pod("cfg-err", 0, 62)
+    s.add(62, p)
+    s.emit(62.05, bind(p, "f3", 62.05))
+    s.emit(62.2, waiting(p, bad["reason"], bad["message"]))
+    s.add(62.2, pod_event(p, ev, 62.2, 62.2, 1))
+
+
+def _mount(s: Story) -> None:
+    """Bound at 20, ContainerCreating for good: the kubelet's FailedMount Events say why."""
+    evs = [d for d in ff.docs("pod_create-config-and-mount-errors.yaml") if d.get("reason") == "FailedMount"]
+    p = job_pod("mount-wait", 0, 20)
+    s.add(20, p)
+    s.emit(20.05, bind(p, "f4", 20.05))
+    for e in evs:
+        s.add(20.1, pod_event(p, e, 20.1, 20.1, 1))
+        s.emit(END - 0.5, pod_event(p, e, 20.1, END - 0.5, 30))
+
+
+def _slow_pull(s: Story) -> None:
+    """Decoy: a cold image pull of 3 minutes (Pulling, then Pulled), then running."""
+    p = job_pod("slow-pull", 0, 10)
+    s.add(10, p)
+    s.emit(10.05, bind(p, "f5", 10.05))
+    pulling = next(d for d in ff.docs(PULL) if d.get("reason") == "Pulling")
+    s.add(10.1, pod_event(p, pulling, 10.1, 10.1, 1))
+    s.emit(13.2, run(p, 13.2))
+
+
+def _ready_timeout(s: Story) -> None:
+    """Kueue: admitted at 2, pods bound, image never pulls; waitForPodsReady evicts at 32 (PodsReadyTimeout), the
+    pods are deleted, the Workload is admitted again at 34 and its new pods fail the same way."""
+    wl = ff.kueue_workload("ready-timeout", 1, 2, 1)
+    wl["metadata"]["name"] = "job-ready-timeout-5a2b3"
+    s.add(1, wl)
+    back = [d for d in ff.docs(PULL) if d.get("kind") == "Pod"][0]["status"]["containerStatuses"][0]
+    p = job_pod("ready-timeout", 0, 2.05)
+    p["metadata"]["annotations"] = {"kueue.x-k8s.io/workload": wl["metadata"]["name"]}
+    s.add(2.05, p)
+    s.emit(2.1, bind(p, "f6", 2.1))
+    s.emit(2.3, waiting(p, "ImagePullBackOff", back["state"]["waiting"]["message"]))
+    evicted = ref("kueue_podsready-timeout-eviction.yaml", "Workload", 1)
+    w2 = copy.deepcopy(wl)
+    msg = f"Exceeded the PodsReady timeout {NS}/{wl['metadata']['name']}"
+    w2["status"] = {"requeueState": {"count": 1, "requeueAt": iso(33)}, "conditions": [
+        cond(c["type"], c["status"], c["reason"], msg if "PodsReady timeout" in c["message"] else c["message"],
+             32 if c["type"] == "Evicted" else 32.05 if c["type"] != "PodsReady" else 2)
+        for c in evicted["status"]["conditions"]]}
+    s.emit(32, w2)
+    p["metadata"]["deletionTimestamp"] = iso(32.5)
+    p["metadata"]["deletionGracePeriodSeconds"] = 30
+    s.emit(32.05, p)
+    s.emit(32.6, p, "DELETED")
+    w3 = copy.deepcopy(w2)
+    w3["status"]["conditions"] = [c for c in w3["status"]["conditions"]
+                                  if c["type"] not in ("QuotaReserved", "Admitted")]
+    w3["status"]["conditions"] += [
+        cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue gpu-cq", 34),
+        cond("Admitted", "True", "Admitted", "The workload is admitted", 34)]
+    w3["status"]["admission"] = wl["status"]["admission"]
+    s.emit(34, w3)
+    q = job_pod("ready-timeout", 0, 34.05)
+    q["metadata"]["name"] = "ready-timeout-0-b9c8d"
+    q["metadata"]["annotations"] = {"kueue.x-k8s.io/workload": wl["metadata"]["name"]}
+    s.add(34.05, q)
+    s.emit(34.1, bind(q, "f6", 34.1))
+    s.emit(34.3, waiting(q, "ImagePullBackOff", back["state"]["waiting"]["message"]))
+
+
+# --- crashes --------------------------------------------------------------------------------------------------------
+
+def _oom_loop(s: Story) -> None:
+    """restartPolicy OnFailure: rank 1 OOMKilled at 20, restarted, OOMKilled again ... CrashLoopBackOff from 30."""
+    final = ref(OOM, "Pod")["status"]["containerStatuses"][0]
+    backoff = ref(OOM, "Event", 0)
+    running_pod(s, "oom-loop", 0, "f7", 3, restart_policy="OnFailure")
+    p = running_pod(s, "oom-loop", 1, "f8", 3, restart_policy="OnFailure")
+    for restarts, t in enumerate((20, 24, 30), start=1):
+        terminate(p, t, 137, "OOMKilled")
+        s.emit(t, p)
+        last = p["status"]["containerStatuses"][0]["state"]["terminated"]
+        cs = p["status"]["containerStatuses"][0]
+        cs.update(restartCount=restarts, lastState={"terminated": last},
+                  state={"waiting": {"reason": "CrashLoopBackOff", "message": final["state"]["waiting"]["message"]
+                                     .replace("llama-train-worker-0-0-x7k2p_team-a", f"oom-loop-1-x7k2p_{NS}")}})
+        s.emit(t + 0.1, p)
+        if t < 30:
+            run(p, t + 0.5, restarts)
+            p["status"]["containerStatuses"][0]["lastState"] = {"terminated": last}
+            s.emit(t + 0.5, p)
+    s.add(20.2, pod_event(p, backoff, 20.2, 20.2, 1,
+                          f"Back-off restarting failed container trainer in pod oom-loop-1-x7k2p_{NS}(uid)"))
+    s.emit(END - 1, pod_event(p, backoff, 20.2, END - 1, 41,
+                              f"Back-off restarting failed container trainer in pod oom-loop-1-x7k2p_{NS}(uid)"))
+
+
+def _backoff_limit(s: Story) -> None:
+    """restartPolicy Never, backoffLimit 0: rank 0 exits 1 at 25; the Job controller fails the Job and deletes rank 1,
+    which exits 143 after its deletion (stopped, not crashed)."""
+    job = ff.batch_job("bad-exit", 2)
+    s.add(2, job)
+    p0 = running_pod(s, "bad-exit", 0, "f9", 2)
+    p1 = running_pod(s, "bad-exit", 1, "f10", 2)
+    s.emit(25, terminate(p0, 25, 1, "Error", "Failed"))
+    failed = ref("job_backofflimit-exceeded.yaml", "Job")["status"]["conditions"]
+    job["status"] = {"failed": 1, "active": 0, "startTime": iso(2),
+                     "conditions": [dict(c, lastTransitionTime=iso(25.1), lastProbeTime=iso(25.1)) for c in failed]}
+    s.emit(25.1, job)
+    p1["metadata"]["deletionTimestamp"] = iso(25.6)
+    p1["metadata"]["deletionGracePeriodSeconds"] = 30
+    s.emit(25.1, p1)
+    s.emit(25.3, terminate(p1, 25.3, 143, "Error", "Failed"))
+
+
+def _jobset_restarts(s: Story) -> None:
+    """A JobSet whose worker exits 1; it restarted 3 times, then failed (ReachedMaxRestarts) at 40."""
+    js = ref("jobset_failed-max-restarts.yaml", "JobSet")
+    js["metadata"] = {"name": "js-restarts", "namespace": NS, "uid": "uid-js-restarts", "creationTimestamp": iso(1)}
+    status = js["status"]
+    js["status"] = {"restarts": 0}
+    s.add(1, js)
+    p = running_pod(s, "js-restarts", 0, "f11", 30, kind="JobSet")
+    s.emit(39.8, terminate(p, 39.8, 1, "Error", "Failed"))
+    status["conditions"] = [dict(c, lastTransitionTime=iso(40),
+                                 message=c["message"].replace("llama-train", "js-restarts"))
+                            for c in status["conditions"]]
+    js["status"] = status
+    s.emit(40, js)
+
+
+def _finisher(s: Story) -> None:
+    """Decoy: a Job whose pods complete with exit 0 at 40 (its throughput stops because it finished)."""
+    job = ff.batch_job("finisher", 2, completions=1)
+    s.add(2, job)
+    p = running_pod(s, "finisher", 0, "f12", 2)
+    ff.throughput(s, p["metadata"]["name"], 3, 40, lambda t: 1000.0)
+    s.emit(40.1, terminate(p, 40.1, 0, "Completed", "Succeeded"))
+    job["status"] = {"succeeded": 1, "active": 0, "completionTime": iso(40.2), "conditions": [
+        {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+         "message": "Reached expected number of succeeded pods", "lastTransitionTime": iso(40.2)},
+        {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+         "message": "Reached expected number of succeeded pods", "lastTransitionTime": iso(40.2)}]}
+    s.emit(40.2, job)
+
+
+# --- nodes ----------------------------------------------------------------------------------------------------------
+
+def _node_lost(s: Story) -> None:
+    """f14 stops posting status at 48 (Ready Unknown, unreachable taints); the taint manager deletes the job's pod
+    there at 53 (tolerationSeconds 300); its replacement runs on f15 from 54."""
+    running_pod(s, "node-lost", 0, "f13", 3)
+    p = running_pod(s, "node-lost", 1, "f14", 3)
+    lost = ref("node_notready-taint-eviction.yaml", "Node")
+    n = node("f14", "rack-1")
+    n["spec"]["taints"] = [dict(t, timeAdded=iso(48 + k / 60)) for k, t in enumerate(lost["spec"]["taints"])]
+    n["status"]["conditions"] = [dict(c, lastTransitionTime=iso(48), lastHeartbeatTime=iso(47.3))
+                                 for c in lost["status"]["conditions"]]
+    s.emit(48, n)
+    for c in p["status"]["conditions"]:
+        if c["type"] == "Ready":
+            c.update(status="False", lastTransitionTime=iso(48.02))
+    s.emit(48.02, p)
+    evicted = ref("node_notready-taint-eviction.yaml", "Pod")
+    disruption = next(c for c in evicted["status"]["conditions"] if c["type"] == "DisruptionTarget")
+    p["status"]["conditions"].append(dict(disruption, lastTransitionTime=iso(53)))
+    p["metadata"]["deletionTimestamp"] = iso(53.5)
+    p["metadata"]["deletionGracePeriodSeconds"] = 30
+    s.emit(53, p)
+    s.emit(54, p, "DELETED")
+    r = job_pod("node-lost", 1, 54.05)
+    r["metadata"]["name"] = "node-lost-1-q2w3e"
+    s.add(54.05, r)
+    s.emit(54.1, bind(r, "f15", 54.1))
+    s.emit(54.6, run(r, 54.6))
+
+
+def _drained(s: Story) -> None:
+    """f17 cordoned at 49 and the job's pod there evicted through the Eviction API; its replacement runs on f18."""
+    running_pod(s, "drained", 0, "f16", 4)
+    p = running_pod(s, "drained", 1, "f17", 4)
+    ref_node = ref("node_drain-eviction.yaml", "Node")
+    n = node("f17", "rack-2")
+    n["spec"]["unschedulable"] = True
+    n["spec"]["taints"] = [dict(t, timeAdded=iso(49)) for t in ref_node["spec"]["taints"]]
+    s.emit(49, n)
+    disruption = ref("node_drain-eviction.yaml", "Pod")["status"]["conditions"][0]
+    p["status"]["conditions"].append(dict(disruption, lastTransitionTime=iso(49.05)))
+    p["metadata"]["deletionTimestamp"] = iso(49.55)
+    p["metadata"]["deletionGracePeriodSeconds"] = 30
+    s.emit(49.05, p)
+    s.emit(50.5, terminate(p, 50.4, 143, "Error", "Failed"))
+    s.emit(50.6, p, "DELETED")
+    r = job_pod("drained", 1, 50.7)
+    r["metadata"]["name"] = "drained-1-m4n5b"
+    s.add(50.7, r)
+    s.emit(50.75, bind(r, "f18", 50.75))
+    s.emit(51.2, run(r, 51.2))
+
+
+def _gpu_sick(s: Story) -> None:
+    """f19 loses a GPU at 40: allocatable 7 of 8 (the device plugin marked it unhealthy), NVSentinel's condition and
+    cordon; the job holds 8 GPUs there."""
+    running_pod(s, "gpu-sick", 0, "f19", 5)
+    sick = ref("node_gpu-unhealthy-nvsentinel.yaml", "Node")
+    n = node("f19", "rack-2")
+    n["metadata"]["labels"].update(sick["metadata"]["labels"])
+    n["spec"] = {"unschedulable": True, "taints": [dict(t, timeAdded=iso(40.05)) if "timeAdded" in t else t
+                                                   for t in sick["spec"]["taints"]]}
+    n["status"]["allocatable"]["nvidia.com/gpu"] = sick["status"]["allocatable"]["nvidia.com/gpu"]
+    n["status"]["conditions"] = [dict(c, lastTransitionTime=iso(40), lastHeartbeatTime=iso(40))
+                                 if "lastTransitionTime" in c else c for c in sick["status"]["conditions"]]
+    s.emit(40.05, n)
+
+
+def _node_decoys(s: Story) -> None:
+    """Decoys: f20 goes NotReady at 20 holding no pod at all; f21 is cordoned at 30 while its job keeps running."""
+    n = node("f20", "rack-2")
+    n["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                                  "message": "container runtime is down", "lastTransitionTime": iso(20)}]
+    n["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule", "timeAdded": iso(20)}]
+    s.emit(20, n)
+    running_pod(s, "cordon-ok", 0, "f21", 6)
+    c = node("f21", "rack-2")
+    c["spec"] = {"unschedulable": True, "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule",
+                                                    "timeAdded": iso(30)}]}
+    s.emit(30, c)
+
+
+# --- GPUs, throughput -----------------------------------------------------------------------------------------------
+
+def _gpus(s: Story, node_name: str, pod_name: str, clock_at, temp_at=lambda t, g: 63.0,
+          extra_at=None, start: float = 3.0, step: float = 0.5) -> None:
+    """dcgm-exporter's default clock and temperature fields for the 8 GPUs of a node held by ``pod_name``."""
+    t = start
+    while t < END:
+        for g in range(8):
+            ff.dcgm(s, t, node_name, g, "DCGM_FI_DEV_SM_CLOCK", clock_at(t, g), pod_name)
+            ff.dcgm(s, t, node_name, g, "DCGM_FI_DEV_GPU_TEMP", temp_at(t, g), pod_name)
+            ff.dcgm(s, t, node_name, g, "DCGM_FI_DEV_GPU_UTIL", 100.0, pod_name)
+            if extra_at:
+                extra_at(t, g)
+        t += step
+
+
+def _throttled(s: Story) -> None:
+    """GPU 3 of f22 runs at 1410 MHz against 1980 from minute 30, at 84 C; the job falls to 70 %. Only the default
+    counters (no clock-event reasons, no violation counters)."""
+    p0 = running_pod(s, "throttled", 0, "f22", 2)["metadata"]["name"]
+    p1 = running_pod(s, "throttled", 1, "f23", 2)["metadata"]["name"]
+    _gpus(s, "f22", p0, lambda t, g: 1410.0 if g == 3 and t >= 30 else 1980.0 - g,
+          lambda t, g: 84.0 if g == 3 and t >= 30 else 63.0)
+    _gpus(s, "f23", p1, lambda t, g: 1980.0 - g)
+    ff.throughput(s, p0, 3, END, lambda t: 700.0 if t >= 30 else 1000.0)
+
+
+def _throttled_bits(s: Story) -> None:
+    """A site with the opt-in fields: GPU 5 of f24 reports HW slowdown + HW thermal (field 112) and thermal violation
+    time from minute 30, its clock 1500 against 1980; power capping bits on every GPU all along (normal)."""
+    p = running_pod(s, "throttle-bits", 0, "f24", 2)["metadata"]["name"]
+    viol = {"v": 0.0}
+
+    def extra(t: float, g: int) -> None:
+        bits = 0x4 | (0x8 | 0x40 if g == 5 and t >= 30 else 0)
+        ff.dcgm(s, t, "f24", g, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", float(bits), p)
+        if g == 5:
+            viol["v"] += 12e9 if t >= 30 else 0.0
+            ff.dcgm(s, t, "f24", g, "DCGM_FI_DEV_THERMAL_VIOLATION", viol["v"], p)
+
+    _gpus(s, "f24", p, lambda t, g: 1500.0 if g == 5 and t >= 30 else 1980.0, extra_at=extra)
+    ff.throughput(s, p, 3, END, lambda t: 750.0 if t >= 30 else 1000.0)
+
+
+def _hot_gpu(s: Story) -> None:
+    """Decoy: GPU 2 of f25 at 87 C all hour, its clock holds; throughput steady."""
+    p = running_pod(s, "hot-gpu", 0, "f25", 2)["metadata"]["name"]
+    _gpus(s, "f25", p, lambda t, g: 1980.0, lambda t, g: 87.0 if g == 2 else 64.0)
+    ff.throughput(s, p, 3, END, lambda t: 1000.0)
+
+
+def _clock_blip(s: Story) -> None:
+    """A slowdown to 60 % from minute 30 with no infrastructure cause; GPU 1's clock dips for one scrape at 31."""
+    p = running_pod(s, "clock-blip", 0, "f26", 2)["metadata"]["name"]
+    _gpus(s, "f26", p, lambda t, g: 900.0 if g == 1 and t == 31.0 else 1980.0)
+    ff.throughput(s, p, 3, END, lambda t: 600.0 if t >= 30 else 1000.0)
+
+
+def _hung(s: Story) -> None:
+    """Throughput reported at 0 from minute 30 while both pods stay Running, GPUs busy (a hung collective)."""
+    p = running_pod(s, "hung", 0, "f27", 2)["metadata"]["name"]
+    running_pod(s, "hung", 1, "f28", 2)
+    _gpus(s, "f27", p, lambda t, g: 1980.0, step=1.0)
+    ff.throughput(s, p, 3, END, lambda t: 0.0 if t >= 30 else 1000.0)
+
+
+def _vanished(s: Story) -> None:
+    """The throughput series stops at minute 35 while the pod stays Running (its GPUs keep reporting)."""
+    p = running_pod(s, "vanished", 0, "f29", 2)["metadata"]["name"]
+    _gpus(s, "f29", p, lambda t, g: 1980.0, step=1.0)
+    ff.throughput(s, p, 3, END, lambda t: None if t >= 35 else 1000.0)
+
+
+def _checkpointer(s: Story) -> None:
+    """Decoy: a checkpoint every 10 minutes, throughput at 0 for 2 minutes each time."""
+    p = running_pod(s, "checkpointer", 0, "f30", 2)["metadata"]["name"]
+    ff.throughput(s, p, 3, END, lambda t: 0.0 if t >= 12 and (t - 12) % 10 < 2 else 1000.0)
+
+
+def _xid_crash(s: Story) -> None:
+    """XID 79 on GPU 4 of f31 at minute 30; the process dies (exit 1) at 30.5 and the container crash-loops."""
+    p = running_pod(s, "xid-crash", 0, "f31", 2, restart_policy="OnFailure")
+    name = p["metadata"]["name"]
+    _gpus(s, "f31", name, lambda t, g: 1980.0, step=1.0,
+          extra_at=lambda t, g: ff.dcgm(s, t, "f31", g, "DCGM_FI_DEV_XID_ERRORS", 79.0 if g == 4 and t >= 30 else 0.0,
+                                        name, {"err_code": "79" if g == 4 and t >= 30 else "0"}))
+    ff.throughput(s, name, 3, 30, lambda t: 1000.0)
+    terminate(p, 30.5, 1, "Error")
+    s.emit(30.5, p)
+    last = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    loop = f"back-off 40s restarting failed container=trainer pod={name}_{NS}(u)"
+    p["status"]["containerStatuses"][0].update(restartCount=3, lastState={"terminated": last},
+                                               state={"waiting": {"reason": "CrashLoopBackOff", "message": loop}})
+    s.emit(33, p)
+
+
+def _throttle_and_links(s: Story) -> None:
+    """A throttled GPU and an NVLink fault at once (f32): interconnect degradation comes first."""
+    p = running_pod(s, "throttle-ic", 0, "f32", 2)["metadata"]["name"]
+    crc = {"v": 0.0}
+
+    def links(t: float, g: int) -> None:
+        ff.dcgm(s, t, "f32", g, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 50_000.0 if t >= 30 else 180_000.0, p)
+        if g == 0:
+            crc["v"] += 40 if t >= 30 else 0
+            ff.dcgm(s, t, "f32", g, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", crc["v"], p)
+
+    _gpus(s, "f32", p, lambda t, g: 1400.0 if g == 6 and t >= 30 else 1980.0, extra_at=links)
+    ff.throughput(s, p, 3, END, lambda t: 600.0 if t >= 30 else 1000.0)
+
+
+def _not_jobs(s: Story) -> None:
+    """Node agents and services are not jobs: dcgm-exporter's DaemonSet pod, a controller's pod without GPUs."""
+    from tests.sql.lakefix import pod
+
+    agent = pod(NS, "dcgm-exporter-x2v9k", "DaemonSet", "dcgm-exporter", "f1", "Running", gpus=0)
+    svc = pod(NS, "kueue-controller-manager-7f9c-abcde", "ReplicaSet", "kueue-controller-manager-7f9c", "f2",
+              "Running", gpus=0)
+    for p in (agent, svc):
+        p["metadata"]["creationTimestamp"] = iso(0)
+        s.add(0.5, run(ff.bind(p, p["spec"]["nodeName"], 0.2), 0.5))
+
+
+def _story() -> Story:
+    s = Story()
+    ff.setup(s, 32)
+    for fn in (_image_pull, _config_error, _mount, _slow_pull, _ready_timeout, _oom_loop, _backoff_limit,
+               _jobset_restarts, _finisher, _node_lost, _drained, _gpu_sick, _node_decoys, _throttled,
+               _throttled_bits, _hot_gpu, _clock_blip, _hung, _vanished, _checkpointer, _xid_crash,
+               _throttle_and_links, _not_jobs):
+        fn(s)
+    s.add(END, node("f32", "rack-3"))  # the data's "now"
+    return s
+
+
+STORY = _story()
+
+
+@pytest.fixture(scope="module", params=["watched", "listed"])
+def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
+    capture = None if request.param == "watched" else CAPTURE
+    _, con, _ = build_lake(tmp_path_factory.mktemp(f"field-{request.param}") / "data",
+                           lambda raw: STORY.write(raw, capture))
+    yield request.param, con
+    con.close()
+
+
+def _rows(con) -> dict[tuple[str, str], dict]:
+    return {(r["job"], r["root_cause"]): r for r in diagnose.findings(con, include_healthy=True)}
+
+
+def _primary(con) -> dict[str, str]:
+    return dict(con.execute("SELECT job, root_cause FROM marts.jobs WHERE namespace = ?", [NS]).fetchall())
+
+
+EXPECTED = {
+    "img-pull": "startup_failure", "cfg-err": "startup_failure", "mount-wait": "startup_failure",
+    "slow-pull": "healthy", "ready-timeout": "startup_failure", "oom-loop": "workload_crash",
+    "bad-exit": "workload_crash", "js-restarts": "workload_crash", "finisher": "healthy",
+    "node-lost": "node_failure", "drained": "node_failure", "gpu-sick": "node_failure", "cordon-ok": "healthy",
+    "throttled": "gpu_throttle", "throttle-bits": "gpu_throttle", "hot-gpu": "healthy",
+    "clock-blip": "unexplained_slowdown", "hung": "training_stalled", "vanished": "training_stalled",
+    "checkpointer": "healthy", "xid-crash": "gpu_fault", "throttle-ic": "interconnect_degradation",
+}
+
+
+def test_every_job_gets_its_class_and_no_job_is_invented(built) -> None:
+    _, con = built
+    assert _primary(con) == EXPECTED
+
+
+def test_one_incident_one_finding(built) -> None:
+    """The crash the XID caused is the GPU fault's; the throttled GPU during a link fault is the link's; the node
+    decoys hold no job; the clock blip is no throttle; pauses are no slowdown."""
+    _, con = built
+    rows = _rows(con)
+    assert ("xid-crash", "workload_crash") not in rows and ("xid-crash", "training_stalled") not in rows
+    assert ("throttle-ic", "gpu_throttle") not in rows
+    assert ("clock-blip", "gpu_throttle") not in rows
+    assert not [k for k in rows if k[0] == "checkpointer" and k[1] != "healthy"]
+    assert not [k for k in rows if k[0] in ("hung", "vanished") and k[1] in ("unexplained_slowdown",)]
+    assert con.execute("SELECT count(*) FROM marts.findings WHERE list_contains(nodes, 'f20')").fetchone()[0] == 0
+    # a member replaced after its node was lost: the node's incident, not a gang that fails to assemble
+    assert ("node-lost", "gang_assembly") not in rows and ("drained", "gang_assembly") not in rows
+    # every finding but the primary is a separate incident: none of these jobs has a second one
+    extra = [k for k in rows if k[1] not in (EXPECTED[k[0]], "healthy")]
+    assert extra == [], extra
+
+
+def test_image_that_never_pulls(built) -> None:
+    _, con = built
+    f = _rows(con)[("img-pull", "startup_failure")]
+    ev = f["evidence"]
+    assert f["started_at"] == iso(15.05)  # bound at 5.05 (PodScheduled) + the 10 min threshold, both ways
+    assert f["ended_at"] is None and f["severity"] == "critical"
+    assert ev["pods_stuck"] == 2 and ev["gpus_held"] == 16
+    fp = ev["first_pod"]
+    assert fp["reason"] == "ImagePullBackOff" and fp["image"] == ff.IMAGE
+    assert fp["message"].startswith(f'Back-off pulling image "{ff.IMAGE}": ErrImagePull: rpc error: code = NotFound')
+    assert ff.IMAGE in f["summary"] and "ImagePullBackOff" in f["summary"]
+    assert {e["reason"] for e in ev["events"]} >= {"Failed", "BackOff"}
+
+
+def test_missing_secret_is_a_failure_at_once(built) -> None:
+    _, con = built
+    f = _rows(con)[("cfg-err", "startup_failure")]
+    assert f["started_at"] == iso(62.2)  # 8 minutes before the data's now: no threshold for what cannot clear
+    assert f["evidence"]["first_pod"]["immediate"] is True
+    assert 'secret "wandb-api-key" not found' in f["summary"]
+
+
+def test_volume_that_never_mounts(built) -> None:
+    _, con = built
+    f = _rows(con)[("mount-wait", "startup_failure")]
+    assert f["started_at"] == iso(30.05)
+    assert f["evidence"]["first_pod"]["reason"] == "FailedMount"
+    assert "MountVolume.SetUp failed" in f["summary"] or "Unable to attach or mount" in f["summary"]
+
+
+def test_slow_pull_that_finishes_is_start_up_time(built) -> None:
+    _, con = built
+    f = _rows(con)[("slow-pull", "healthy")]
+    assert 180 <= f["evidence"]["start_up_s"] <= 200
+
+
+def test_kueue_pods_ready_timeout(built) -> None:
+    mode, con = built
+    rows = _rows(con)
+    f = rows[("ready-timeout", "startup_failure")]
+    # watched: the first pods' binding + 10 min; listed: those pods are gone, Kueue's eviction still says it
+    assert f["started_at"] == (iso(12.1) if mode == "watched" else iso(32))
+    assert f["evidence"]["kueue_eviction"]["reason"] == "PodsReadyTimeout"
+    # requeued after the timeout: in the queue, not a quota problem; the new pods were bound, not a gang problem
+    assert not [k for k in rows if k[0] == "ready-timeout" and k[1] not in ("startup_failure",)]
+
+
+def test_oom_crash_loop(built) -> None:
+    mode, con = built
+    f = _rows(con)[("oom-loop", "workload_crash")]
+    ev = f["evidence"]
+    first = ev["first_failure"]
+    assert first["pod"] == "oom-loop-1-x7k2p" and first["rank"] == "1" and first["node"] == "f8"
+    assert first["exit_code"] == 137 and first["reason"] == "OOMKilled" and first["oom_killed"] is True
+    # watched: the first OOM kill itself; listed: the kubelet's BackOff Event that outlived it
+    assert f["started_at"] == (iso(20) if mode == "watched" else iso(20.2))
+    assert ev["restarts"] == 3 and ev["crash_looping"] == 1 and f["severity"] == "critical"
+    assert "out of memory" in f["summary"] and "OOMKilled" in f["summary"] and f["nodes"] == ["f8"]
+
+
+def test_backoff_limit_names_the_rank_that_failed_first(built) -> None:
+    _, con = built
+    f = _rows(con)[("bad-exit", "workload_crash")]
+    ev = f["evidence"]
+    assert ev["first_failure"]["pod"] == "bad-exit-0-x7k2p" and ev["first_failure"]["exit_code"] == 1
+    assert ev["failures"] == 1  # rank 1's exit 143 came after its deletion: stopped, not crashed
+    assert ev["controller"]["reason"] == "BackoffLimitExceeded" and ev["controller"]["kind"] == "Job"
+    assert f["started_at"] == iso(25) and f["ended_at"] is None
+
+
+def test_jobset_that_reached_max_restarts(built) -> None:
+    _, con = built
+    ev = _rows(con)[("js-restarts", "workload_crash")]["evidence"]
+    assert ev["controller"]["reason"] == "ReachedMaxRestarts" and ev["controller"]["jobset_restarts"] == 3
+
+
+def test_node_lost_under_the_job(built) -> None:
+    _, con = built
+    f = _rows(con)[("node-lost", "node_failure")]
+    loss = f["evidence"]["losses"][0]
+    assert f["nodes"] == ["f14"] and f["started_at"] == iso(48)
+    assert loss["how"] == "not_ready" and loss["ready"] == "Unknown" and loss["reason"] == "NodeStatusUnknown"
+    assert [p["reason"] for p in loss["pods"]] == ["DeletionByTaintManager"]
+    assert "taint manager" in f["summary"]
+    assert f["ended_at"] == iso(54.6)  # the replacement runs on f15
+
+
+def test_drain(built) -> None:
+    _, con = built
+    f = _rows(con)[("drained", "node_failure")]
+    loss = f["evidence"]["losses"][0]
+    assert loss["how"] == "drain" and loss["cordoned"] is True and loss["node"] == "f17"
+    assert f["started_at"] == iso(49.05) and f["ended_at"] == iso(51.2)
+    assert ("drained", "workload_crash") not in _rows(con)  # exit 143 after the eviction is no crash
+
+
+def test_gpus_marked_unhealthy(built) -> None:
+    _, con = built
+    f = _rows(con)[("gpu-sick", "node_failure")]
+    loss = f["evidence"]["losses"][0]
+    assert loss["how"] == "gpus_unhealthy" and (loss["gpus_allocatable"], loss["gpus_capacity"], loss["gpus_held"]) \
+        == (7, 8, 8)
+    assert f["started_at"] == iso(40)
+    assert loss["health_conditions"][0]["type"] == "SysLogsXIDError"
+
+
+def test_throttled_gpu_against_its_peers(built) -> None:
+    _, con = built
+    f = _rows(con)[("throttled", "gpu_throttle")]
+    (g,) = f["evidence"]["throttled_gpus"]
+    assert (g["node"], g["gpu"], g["sm_clock"], g["gpu_temp"]) == ("f22", "3", 1410, 84.0)
+    assert 1975 <= g["peers_clock"] <= 1980 and g["reasons"] == []
+    assert f["nodes"] == ["f22"] and "1410 MHz" in f["summary"]
+
+
+def test_throttle_reasons_when_the_exporter_has_them(built) -> None:
+    _, con = built
+    (g,) = _rows(con)[("throttle-bits", "gpu_throttle")]["evidence"]["throttled_gpus"]
+    assert g["gpu"] == "5" and set(g["reasons"]) == {"sw_power_cap", "hw_slowdown", "hw_thermal"}
+    assert g["thermal_throttle"] > 0.1
+
+
+def test_training_stalled(built) -> None:
+    _, con = built
+    rows = _rows(con)
+    f = rows[("hung", "training_stalled")]
+    assert f["started_at"] == iso(30) and f["ended_at"] is None and f["severity"] == "critical"
+    assert f["evidence"]["how"] == "reported_zero" and f["evidence"]["gpu_util"] == 100.0
+    v = rows[("vanished", "training_stalled")]
+    assert v["started_at"] == iso(35) and v["evidence"]["how"] == "stopped_reporting"
+    assert "2/2 pods stay Running" in f["summary"]
+
+
+def test_healthy_says_whether_progress_is_seen(built) -> None:
+    _, con = built
+    rows = _rows(con)
+    assert rows[("checkpointer", "healthy")]["evidence"]["throughput_reported"] is True
+    assert rows[("cordon-ok", "healthy")]["evidence"]["throughput_reported"] is False
+
+
+@pytest.mark.parametrize("job,cause,names", [
+    ("img-pull", "startup_failure", ["registry.example.com/ml/trainer:v2.3.1", "imagePullSecrets",
+                                     "kubectl describe pod -n field img-pull-0-x7k2p"]),
+    ("cfg-err", "startup_failure", ['secret "wandb-api-key" not found', "Create the missing Secret"]),
+    ("oom-loop", "workload_crash", ["Raise the memory limit of oom-loop-1-x7k2p",
+                                    "kubectl logs -n field oom-loop-1-x7k2p -c trainer --previous"]),
+    ("node-lost", "node_failure", ["f14", "kubectl describe node f14", "DeletionByTaintManager"]),
+    ("drained", "node_failure", ["kubectl uncordon f17", "PodDisruptionBudget"]),
+    ("gpu-sick", "node_failure", ["7 of 8 GPUs", "kubectl drain f19"]),
+    ("throttled", "gpu_throttle", ["GPU 3 (GPU-f22-3) on f22", "1,410 MHz", "nvidia-smi -q -d PERFORMANCE"]),
+    ("hung", "training_stalled", ["py-spy dump", "100 % busy", "grep -iE 'nccl|watchdog|timeout'"]),
+])
+def test_next_steps_name_the_objects(built, job: str, cause: str, names: list[str]) -> None:
+    from reports import nextsteps
+
+    _, con = built
+    out = nextsteps.explain(_rows(con)[(job, cause)])
+    text = " ".join(out.sentences) + " " + " ".join(f"{s.action} {s.check} {s.act}" for s in out.steps)
+    for name in names:
+        assert name in text, (name, text)
