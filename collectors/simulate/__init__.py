@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 DEFAULT_START = datetime(2026, 11, 1, tzinfo=UTC)
+DEFAULT_NODES = 20  # every scenario fits, `mixed` (one job of every class) included
 
 
 @dataclass
@@ -23,7 +24,7 @@ class Generated:
     jobs: int
 
 
-def generate(name: str, out_dir: Path, seed: int = 1, nodes: int = 16, hours: float = 1.0,
+def generate(name: str, out_dir: Path, seed: int = 1, nodes: int = DEFAULT_NODES, hours: float = 1.0,
              start: datetime = DEFAULT_START, interval: float = 15.0, subdir: str | None = None) -> Generated:
     """Generate one scenario or variant into ``out_dir/<subdir or name>``: k8s.jsonl, metrics.prom, truth.json."""
     from collectors.simulate import cluster, scenarios, telemetry, timeline, truth

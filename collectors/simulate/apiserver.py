@@ -345,6 +345,10 @@ def _review_from_protobuf(raw: bytes) -> dict[str, Any]:
 
 
 class _Server(ThreadingHTTPServer):
+    # A scrape round opens one connection per exporter at once (~50 for 20 nodes): with socketserver's backlog of
+    # 5 the kernel drops the rest's SYNs, retried after 1 s and 3 s, so the last scrapes ran past a 3 s timeout.
+    request_queue_size = 1024
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # clients hang up on watches all the time
 

@@ -30,7 +30,8 @@ def register(groups, common) -> None:
                    "see --list)")
     p.add_argument("--out", metavar="DIR", default="gangscope-sim", help="output directory (default ./gangscope-sim)")
     p.add_argument("--seed", type=int, default=1, help="random seed: same seed, same bytes (default 1)")
-    p.add_argument("--nodes", type=int, default=16, help="GPU nodes of 8 GPUs (default 16, at least 16 for mixed)")
+    p.add_argument("--nodes", type=int, default=20, help="GPU nodes of 8 GPUs (default 20; mixed needs 20, "
+                   "gang_assembly 16)")
     p.add_argument("--hours", type=float, default=1.0, help="simulated hours, at least 1 (default 1)")
     p.add_argument("--interval", type=float, default=15.0, help="scrape interval in seconds (default 15)")
     p.add_argument("--start", type=_start, default=None, metavar="RFC3339",

@@ -40,6 +40,10 @@ class Node:
     uid: str
     gpu_uuids: list[str]
     taints: list[dict[str, str]] = field(default_factory=list)
+    # dcgm-exporter's counters on this node: "default" (default-counters.csv: no clock-event or violation fields),
+    # "clock_events" (opt-in DCGM_FI_DEV_CLOCKS_EVENT_REASONS, *_VIOLATION, DCGM_EXP_CLOCK_EVENTS_COUNT) or
+    # "throttle_reasons" (a DCGM 3.x CSV: the deprecated DCGM_FI_DEV_CLOCK_THROTTLE_REASONS and *_VIOLATION)
+    dcgm: str = "default"
 
     @property
     def pci_bus_ids(self) -> list[str]:
@@ -114,6 +118,12 @@ def node_object(node: Node, created: str, heartbeat: str) -> dict[str, Any]:
             "conditions": [
                 {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
                  "message": "kubelet has sufficient memory available", "lastHeartbeatTime": heartbeat,
+                 "lastTransitionTime": created},
+                {"type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure",
+                 "message": "kubelet has no disk pressure", "lastHeartbeatTime": heartbeat,
+                 "lastTransitionTime": created},
+                {"type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID",
+                 "message": "kubelet has sufficient PID available", "lastHeartbeatTime": heartbeat,
                  "lastTransitionTime": created},
                 {"type": "Ready", "status": "True", "reason": "KubeletReady",
                  "message": "kubelet is posting ready status", "lastHeartbeatTime": heartbeat,

@@ -100,18 +100,32 @@ def tas_annotations(required: str | None, preferred: bool) -> dict[str, str]:
     return {key: required}
 
 
-def container(gpus: int) -> dict[str, Any]:
+def container(gpus: int, image: str = IMAGE) -> dict[str, Any]:
     res = {"cpu": str(gpus * 12), "memory": f"{gpus * 128}Gi", "nvidia.com/gpu": str(gpus)}
-    return {"name": "trainer", "image": IMAGE, "command": ["torchrun"],
+    return {"name": "trainer", "image": image, "command": ["torchrun"],
             "args": ["--nnodes=$(WORLD_SIZE)", "--nproc-per-node=8", "train.py"],
             "resources": {"requests": res, "limits": {"nvidia.com/gpu": str(gpus)}}}
+
+
+# What the start-up failures reference (reference field/pod_create-config-and-mount-errors.yaml).
+MISSING_SECRET = "wandb-api-key"
+MISSING_CONFIGMAP = "dataset-cfg"
+CONFIG_VOLUME = "dataset-config"
 
 
 def pod_template(job: Any) -> dict[str, Any]:
     labels: dict[str, str] = {}
     annotations = tas_annotations(job.required, job.preferred) if job.kueue else {}
-    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container(job.gpus_per_pod)],
+    ctr = container(job.gpus_per_pod, getattr(job, "image", IMAGE))
+    spec: dict[str, Any] = {"restartPolicy": getattr(job, "restart_policy", "Never"), "containers": [ctr],
                             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    startup = getattr(job, "startup", None)
+    if startup == "config_error":  # env from a Secret that does not exist
+        ctr["env"] = [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": MISSING_SECRET,
+                                                                                "key": "api-key"}}}]
+    elif startup == "mount":  # a ConfigMap volume whose ConfigMap does not exist
+        ctr["volumeMounts"] = [{"name": CONFIG_VOLUME, "mountPath": "/etc/dataset", "readOnly": True}]
+        spec["volumes"] = [{"name": CONFIG_VOLUME, "configMap": {"name": MISSING_CONFIGMAP, "defaultMode": 420}}]
     if job.node_selector:
         spec["nodeSelector"] = dict(job.node_selector)
     if job.gang == "coscheduling":
@@ -136,21 +150,40 @@ def batch_job(job: Any, created: str) -> dict[str, Any]:
     labels = {"kueue.x-k8s.io/queue-name": job.queue} if job.kueue else {}
     if job.priority_class:
         labels["kueue.x-k8s.io/priority-class"] = job.priority_class
+    spec: dict[str, Any] = {"parallelism": job.pods, "completions": job.pods, "completionMode": "Indexed",
+                            "backoffLimit": getattr(job, "backoff_limit", 0), "suspend": job.kueue,
+                            "template": pod_template(job)}
+    if getattr(job, "ignore_disruptions", False):  # a drained or preempted pod does not count as a failure
+        spec["podFailurePolicy"] = {"rules": [{"action": "Ignore", "onPodConditions": [
+            {"type": "DisruptionTarget", "status": "True"}]}]}
+        spec["podReplacementPolicy"] = "Failed"  # the default with a podFailurePolicy
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": meta(job.name, job.uid, created, job.namespace, labels=labels or None),
-            "spec": {"parallelism": job.pods, "completions": job.pods, "completionMode": "Indexed", "backoffLimit": 0,
-                     "suspend": job.kueue, "template": pod_template(job)},
-            "status": {}}
+            "spec": spec, "status": {}}
 
 
 def jobset(job: Any, created: str) -> dict[str, Any]:
     labels = {"kueue.x-k8s.io/queue-name": job.queue} if job.kueue else {}
+    spec: dict[str, Any] = {"suspend": job.kueue, "replicatedJobs": [{"name": "workers", "replicas": 1, "template": {
+        "spec": {"parallelism": job.pods, "completions": job.pods, "backoffLimit": 0, "completionMode": "Indexed",
+                 "template": pod_template(job)}}}]}
+    if getattr(job, "children", False):  # no rules: any child Job failure restarts the JobSet, 3 times at most
+        spec["failurePolicy"] = {"maxRestarts": 3}
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": meta(job.name, job.uid, created, job.namespace, labels=labels or None),
-            "spec": {"suspend": job.kueue, "replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
-                "parallelism": job.pods, "completions": job.pods, "backoffLimit": 0, "completionMode": "Indexed",
-                "template": pod_template(job)}}}]},
-            "status": {}}
+            "spec": spec, "status": {}}
+
+
+def child_job(job: Any, created: str, uid: str, attempt: int) -> dict[str, Any]:
+    """A JobSet's child Job ``<jobset>-workers-0`` as the JobSet controller creates it (one per restart attempt)."""
+    labels = {"jobset.sigs.k8s.io/jobset-name": job.name, "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+              "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/restart-attempt": str(attempt)}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": meta(f"{job.name}-workers-0", uid, created, job.namespace, labels=labels,
+                             ownerReferences=[owner(*_job_owner(job))]),
+            "spec": {"parallelism": job.pods, "completions": job.pods, "completionMode": "Indexed", "backoffLimit": 0,
+                     "suspend": False, "template": pod_template(job)},
+            "status": {"active": job.pods, "ready": 0, "startTime": created}}
 
 
 def workload_name(job: Any) -> str:
@@ -361,6 +394,8 @@ def pod(job: Any, index: int, name: str, uid: str, created: str, cq: str | None)
     if job.kind == "JobSet":
         labels.update({"jobset.sigs.k8s.io/jobset-name": job.name, "jobset.sigs.k8s.io/replicatedjob-name": "workers",
                        "jobset.sigs.k8s.io/job-index": "0"})
+        if getattr(job, "children", False):
+            labels["jobset.sigs.k8s.io/restart-attempt"] = "0"
         own = owner("batch/v1", "Job", f"{job.name}-workers-0", job.child_uid)
     else:
         own = owner("batch/v1", "Job", job.name, job.uid)
@@ -377,6 +412,10 @@ def pod(job: Any, index: int, name: str, uid: str, created: str, cq: str | None)
         if job.required:
             spec["schedulingGates"] = [{"name": TAS_GATE}]
     spec.setdefault("schedulerName", "default-scheduler")
+    # Added by the DefaultTolerationSeconds admission plugin: the taint manager waits 300 s on a lost node.
+    spec["tolerations"] = spec.get("tolerations", []) + [
+        {"key": f"node.kubernetes.io/{k}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+        for k in ("not-ready", "unreachable")]
     spec["priority"] = job.priority
     if job.priority_class:
         spec["priorityClassName"] = job.priority_class
@@ -398,8 +437,9 @@ def pod_condition(ctype: str, status: str, at: str, reason: str | None = None, m
 # --- events --------------------------------------------------------------------------------------------------
 
 def event(involved: dict[str, Any], etype: str, reason: str, message: str, at: str, uid: str, component: str,
-          count: int = 1, first: str | None = None, action: str | None = None) -> dict[str, Any]:
-    """A core/v1 Event (the view ``kubectl get events`` and most watchers use)."""
+          count: int = 1, first: str | None = None, action: str | None = None, host: str | None = None,
+          field_path: str | None = None) -> dict[str, Any]:
+    """A core/v1 Event (the view ``kubectl get events`` and most watchers use); a kubelet's names its ``host``."""
     im = involved["metadata"]
     name = f"{im['name']}.{uid.replace('-', '')[:16]}"
     ev: dict[str, Any] = {
@@ -414,6 +454,11 @@ def event(involved: dict[str, Any], etype: str, reason: str, message: str, at: s
     }
     if action:
         ev["action"] = action
+    if host:
+        ev["source"]["host"] = host
+        ev["reportingInstance"] = host
+    if field_path:
+        ev["involvedObject"]["fieldPath"] = field_path
     if im.get("namespace") is None:
         ev["involvedObject"].pop("namespace")
     return ev

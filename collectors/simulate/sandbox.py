@@ -138,7 +138,7 @@ def _plural(kind: str) -> str:
 class Sandbox:
     """Generate a scenario, serve it, and play it on the sandbox clock until :meth:`stop`."""
 
-    def __init__(self, directory: Path, scenario: str = "mixed", *, seed: int = 1, nodes: int = 16,
+    def __init__(self, directory: Path, scenario: str = "mixed", *, seed: int = 1, nodes: int = 20,
                  hours: float = 1.0, interval: float = 15.0, speed: float = 1.0, host: str = "127.0.0.1",
                  port: int = 0) -> None:
         if speed <= 0:

@@ -9,6 +9,7 @@ the surviving jobs going. Nodes beyond what a scenario needs get healthy filler 
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,9 +23,17 @@ from collectors.simulate.cluster import (
     Node,
     det_uuid,
 )
-from collectors.simulate.objects import workload_name
+from collectors.simulate.objects import IMAGE, workload_name
 
 MIN = 60.0
+PODS_READY_TIMEOUT_S = 1800.0  # Kueue v0.19 waitForPodsReady default timeout (and recoveryTimeout)
+OOM_RUN_S = 150.0  # how long a restarted rank lives before the OOM killer takes it again
+NCCL_TIMEOUT_S = 600.0  # ProcessGroupNCCL default collective timeout (torch >= 2.2): the watchdog aborts then
+RESTART_PLACE_S = 10.0  # a restarted JobSet's new pods are bound this long after the old ones failed
+RESTART_RUN_S = 40.0  # ... and run this long after
+DRAIN_EVICT_S = 20.0  # a drain evicts the cordoned node's pods this long after the cordon
+DRAIN_GRACE_S = 25.0  # an evicted trainer exits this long after SIGTERM (within its 30 s grace period)
+STUCK = ("image_pull", "config_error", "mount")  # start-up failures: the containers never start
 NAMESPACES = ("ml-research", "team-b", "team-c", "ml-platform")
 
 
@@ -65,11 +74,26 @@ class SimJob:
     evicted: float | None = None  # Kueue preempted it at
     preemptor: SimJob | None = None
     readmit: float | None = None  # re-admitted after eviction at
+    evict_reason: str = "Preempted"  # Kueue's Evicted reason: Preempted | NodeFailures (PodsReadyTimeout: startup)
     tps_per_gpu: float = 3100.0
     slowdowns: list[tuple[float, float, float]] = field(default_factory=list)  # (from, until, factor)
     stall: float | None = None  # throughput collapses (hang after a fault) at
     pull_s: float = 24.0  # from binding to containers running (image pull, start-up)
     pg_name: str | None = None  # gang object name when it differs from the job's (first-contact variants)
+    # issue 31: what stops real runs beyond scheduling and interconnect (docs/simulator.md)
+    restart_policy: str = "Never"  # OnFailure: the kubelet restarts a failed container in place (crash loop)
+    backoff_limit: int = 0
+    ignore_disruptions: bool = False  # podFailurePolicy Ignore on DisruptionTarget (replacement once Failed)
+    image: str = IMAGE
+    startup: str | None = None  # image_pull | config_error | mount: containers never start; slow_pull: they do
+    crash: str | None = None  # oom: rank crash_rank OOMKilled in a loop until backoffLimit | nccl: watchdog abort
+    crash_rank: int = 1
+    children: bool = False  # a JobSet's child Job and restart attempts are modelled (the jobs of issue 31)
+    pauses: list[tuple[float, float]] = field(default_factory=list)  # checkpoint pauses: throughput ~0
+    hang: bool = False  # the stall is a hung collective: util stays ~100 %, tensor activity, power, traffic fall
+    stall_mode: str = "gauge"  # how a stall shows: gauge (~0) | counter (stops rising) | gone (series absent)
+    counter: bool = False  # throughput reported as the counter train_tokens_total (read as a rate)
+    disrupted: tuple[str, int, float] | None = None  # (lost | drain, pod index, when): its node fails under it
     # filled by assign_ids
     uid: str = ""
     wl_uid: str = ""
@@ -99,13 +123,42 @@ class SimJob:
     @property
     def running(self) -> float | None:
         """When every pod runs (the gang is up); None if it never is."""
-        if self.placed is None or not self.all_placed:
+        if self.placed is None or not self.all_placed or self.startup in STUCK:
             return None
         return self.placed + self.pull_s
 
     @property
     def rerun(self) -> float | None:
-        return None if self.readmit is None else self.readmit + 30.0
+        """When the second set of pods runs: after a re-admission, or after a JobSet restart."""
+        if self.readmit is not None:
+            return self.readmit + 30.0
+        return None if self.restart_at is None else self.restart_at + RESTART_RUN_S
+
+    @property
+    def series_end(self) -> float | None:
+        """When the training loop of the first pods stops reporting, for a cause the stories set (a crash, a lost
+        or drained node): the rank-0 pod's metrics endpoint is gone, or stops (rank 0 waits for its lost peer)."""
+        if self.crash == "oom":
+            return self.failed_at
+        if self.crash == "nccl":
+            return self.restart_at
+        if self.disrupted is not None:
+            kind, _, at = self.disrupted
+            return at + (DRAIN_EVICT_S if kind == "drain" else 0.0)
+        return None
+
+    @property
+    def hold_end(self) -> float | None:
+        """When the first pods release their GPUs for a cause the stories set (deleted after a crash)."""
+        if self.crash == "oom":
+            return (self.failed_at or 0.0) + 5
+        return None if self.restart_at is None else self.restart_at + 1
+
+    def released(self) -> dict[int, float]:
+        """Pods (by index) that release their node's GPUs before the others: a pod evicted by a drain."""
+        if self.disrupted is not None and self.disrupted[0] == "drain":
+            return {self.disrupted[1]: self.disrupted[2] + DRAIN_EVICT_S + DRAIN_GRACE_S + 1}
+        return {}
 
     @property
     def workload(self) -> str | None:
@@ -141,21 +194,87 @@ class SimJob:
         """Intervals when the training loop runs (throughput is reported)."""
         out = []
         if self.running is not None:
-            stop = min(x for x in (self.end, self.evicted, float("inf")) if x is not None)
+            stop = min(x for x in (self.end, self.evicted, self.series_end, float("inf")) if x is not None)
             out.append((self.running, stop))
         if self.rerun is not None:
             out.append((self.rerun, self.end if self.end and self.end > self.rerun else float("inf")))
         return out
 
-    def holding_intervals(self) -> list[tuple[float, float]]:
-        """Intervals when the job's pods hold GPUs on their nodes."""
+    def holding_intervals(self, duration: float = float("inf")) -> list[tuple[float, float]]:
+        """Intervals when the job's pods hold GPUs on their nodes, the k-th by the k-th set of pods."""
+        if self.kueue and self.startup in STUCK:
+            return [(a + 6.0, ev + 3.0 if ev is not None else float("inf"))
+                    for a, ev, _ in self.timeout_cycles(duration)]
         out = []
         if self.placed is not None:
-            stop = min(x for x in (self.end, self.evicted, float("inf")) if x is not None)
+            stop = min(x for x in (self.end, self.evicted, self.hold_end, float("inf")) if x is not None)
             out.append((self.placed, stop))
         if self.readmit is not None:
             out.append((self.readmit + 6.0, self.end if self.end and self.end > self.readmit else float("inf")))
+        elif self.restart_at is not None:
+            out.append((self.restart_at + RESTART_PLACE_S, float("inf")))
         return out
+
+    # --- the issue-31 stories' timing, read by the timeline and the telemetry alike ----------------------------
+
+    def generation(self, k: int) -> tuple[list[str], list[str]]:
+        """Pod names and UIDs of the job's k-th set of pods (0: the first, 1: after a re-admission or restart)."""
+        if k == 0:
+            return self.pod_names, self.pod_uids
+        if k == 1:
+            return self.pod_names2, self.pod_uids2
+        names = [f"{n.rsplit('-', 1)[0]}-{safe_hash(f'{self.uid}/{k}/{i}')[:5]}" for i, n in enumerate(self.pod_names)]
+        return names, [str(uuid.uuid5(uuid.UUID(u), str(k))) for u in self.pod_uids]
+
+    def evictions(self, duration: float) -> list[tuple[float, float | None, str]]:
+        """Kueue evictions: (evicted at, re-admitted at or None, Evicted reason)."""
+        if self.kueue and self.startup in STUCK:
+            return [(ev, rq + 1 if rq + 1 < duration else None, "PodsReadyTimeout")
+                    for _, ev, rq in self.timeout_cycles(duration) if ev is not None and rq is not None]
+        return [] if self.evicted is None else [(self.evicted, self.readmit, self.evict_reason)]
+
+    @property
+    def finished(self) -> float | None:
+        """When Kueue marks the Workload Finished (Succeeded at ``end``, Failed after a crash loop)."""
+        return self.end if self.end is not None else (None if self.failed_at is None else self.failed_at + 6)
+
+    def timeout_cycles(self, duration: float) -> list[tuple[float, float | None, float | None]]:
+        """Kueue v0.19 waitForPodsReady on a Workload whose pods never start: per admission (admitted at, evicted
+        at, re-queued at). Evicted PodsReadyTimeout 30 min after Admitted, back in the queue 60 s x 2^(count-1)
+        later (requeuingStrategy defaults), admitted again at once (its quota is free)."""
+        out: list[tuple[float, float | None, float | None]] = []
+        a = self.admitted
+        k = 0
+        while a is not None and a < duration and k < 100:
+            ev = a + PODS_READY_TIMEOUT_S + 1
+            if ev >= duration:
+                out.append((a, None, None))
+                break
+            rq = ev + min(60.0 * 2 ** min(k, 6), 3600.0)
+            out.append((a, ev, rq))
+            a, k = rq + 1, k + 1
+        return out
+
+    def oom_loop(self) -> list[tuple[float, float]]:
+        """The crashing rank's container under restartPolicy OnFailure: (terminated at, restarted at) per crash.
+        The kubelet backs off 10 s, doubling to 5 min; restartCount (the CRI's attempt number) reaches
+        backoffLimit at the last restart, when the Job controller fails the Job."""
+        out = []
+        t, delay = self.onset or 0.0, 10.0
+        for _ in range(self.backoff_limit):
+            out.append((t, t + delay))
+            t, delay = t + delay + OOM_RUN_S, min(delay * 2, 300.0)
+        return out
+
+    @property
+    def failed_at(self) -> float | None:
+        """When the Job controller marks the crash-looping Job FailureTarget (backoffLimit reached)."""
+        return self.oom_loop()[-1][1] + 1 if self.crash == "oom" and self.backoff_limit else None
+
+    @property
+    def restart_at(self) -> float | None:
+        """A JobSet restart after the NCCL watchdog abort: when the failed ranks exit (the hang + 10 min)."""
+        return self.stall + NCCL_TIMEOUT_S + 2 if self.crash == "nccl" and self.stall is not None else None
 
 
 def placement_factor(nodes: list[Node]) -> float:
@@ -176,15 +295,21 @@ def placement_factor(nodes: list[Node]) -> float:
 class Fault:
     """A telemetry-level fault or trap on one node (and GPU / IB device)."""
 
-    kind: str  # xid | gpu_lost | ecc_dbe | nvlink_degraded | ib_flap | exporter_silent | nvlink_missing
+    # telemetry: xid | gpu_lost | ecc_dbe | nvlink_degraded | ib_flap | exporter_silent | nvlink_missing |
+    #   throttle (one GPU's SM clock x factor, hot; clock-event bits ``reasons`` where the exporter has them) |
+    #   hot_gpu (~87 C, clocks hold) | clock_dip (one scrape); node objects (and telemetry): node_lost (the kubelet
+    #   stops posting status; its exporters go silent) | cordon | drain (cordon, then its pods evicted) |
+    #   gpu_unhealthy (the device plugin reports one GPU Unhealthy: allocatable 8 -> 7, NVSentinel quarantine)
+    kind: str
     node: Node
     at: float
     until: float | None = None
     gpu: int | None = None
     xid: int | None = None
     device: int | None = None  # IB device index
-    factor: float = 1.0  # what is left of the link's bandwidth
+    factor: float = 1.0  # what is left of the link's bandwidth (throttle: of the GPU's SM clock)
     slows: float = 1.0  # throughput factor of every job using the node while the fault lasts
+    reasons: int = 0  # throttle: DCGM clock-event bit mask (0x4 SW_POWER_CAP, 0x8 HW_SLOWDOWN, 0x40 HW_THERMAL, ...)
 
 
 @dataclass
@@ -248,7 +373,8 @@ def delegate(scn: Scenario) -> None:
 
 XID_TEXT = {
     13: "Graphics Engine Exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
-    45: "Preemptive cleanup, due to previous errors", 48: "Double Bit ECC Error", 79: "GPU has fallen off the bus",
+    45: "Preemptive cleanup, due to previous errors", 48: "Double Bit ECC Error",
+    63: "ECC page retirement or row remapping recording event", 79: "GPU has fallen off the bus",
 }
 
 
@@ -397,6 +523,142 @@ def _unexplained(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float)
                        kind="JobSet", slowdowns=[(30 * MIN, dur, 0.6)]))
 
 
+# --- issue 31: failures beyond scheduling and interconnect, and the normal life that must stay quiet ------------
+
+def _startup_failure(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float, pods: int = 2,
+                     others: bool = True) -> None:
+    # A tag that does not exist: ErrImagePull / ImagePullBackOff for the whole hour, Kueue's PodsReadyTimeout
+    # evicts the Workload 30 min after admission, re-queues and re-admits it, and the new pods fail the same way.
+    j = SimJob("llama-8b-sft", "ml-research", pods, a.take(pods), 10 * MIN, "startup_failure", startup="image_pull",
+               image="nvcr.io/nvidia/pytorch:25.19-py3")
+    j.onset = (j.placed or 0.0) + 3  # the first failed pull
+    jobs.append(j)
+    if not others:
+        return
+    # A missing Secret (CreateContainerConfigError: cannot clear by itself) in a coscheduled JobSet.
+    k = SimJob("rlhf-reward-model", "team-c", 2, a.take(2), 12 * MIN, "startup_failure", kind="JobSet",
+               gang="coscheduling", kueue=False, required=None, startup="config_error", children=True)
+    k.onset = (k.placed or 0.0) + 2
+    # A ConfigMap volume that never mounts: ContainerCreating with FailedMount Events.
+    m = SimJob("data-curation", "ml-platform", 1, a.take(1), 14 * MIN, "startup_failure", kueue=False,
+               required=None, startup="mount")
+    m.onset = (m.placed or 0.0) + 2
+    jobs += [k, m]
+
+
+def _workload_crash(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float, pods: int = 2,
+                    nccl: bool = True) -> None:
+    # restartPolicy OnFailure: the last rank is OOM-killed again and again until the Job's backoffLimit.
+    j = SimJob("moe-expert-ft", "ml-research", pods, a.take(pods), 2 * MIN, "workload_crash", 20 * MIN,
+               restart_policy="OnFailure", backoff_limit=4, crash="oom", crash_rank=pods - 1, stall=20 * MIN)
+    jobs.append(j)
+    if not nccl:
+        return
+    # A collective hangs for the NCCL watchdog's 10 min, the ranks abort (exit 1), the JobSet restarts and runs on.
+    jobs.append(SimJob("llama-405b-pretrain", "ml-research", 2, a.take(2), 90, "workload_crash", 25 * MIN,
+                       kind="JobSet", crash="nccl", crash_rank=1, stall=25 * MIN, hang=True, children=True))
+
+
+LOST_EVICT_S = 345.0  # node lost -> NotReady (+40 s) -> NoExecute taint (+42) -> taint manager (+342) -> Kueue (+345)
+
+
+def _node_failure(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float, pods: int = 2,
+                  others: bool = True) -> None:
+    # A node stops posting status under a Job outside Kueue: NotReady, unreachable taints, the taint manager deletes
+    # the pod after 300 s, its replacement cannot schedule; the surviving rank waits.
+    j = SimJob("falcon-40b-pretrain", "ml-platform", pods, a.take(pods), 70, "node_failure", 25 * MIN, kueue=False,
+               required=None, backoff_limit=6)
+    j.disrupted = ("lost", pods - 1, 25 * MIN)
+    faults.append(Fault("node_lost", j.nodes[pods - 1], 25 * MIN))
+    jobs.append(j)
+    if not others:
+        return
+    # The same under Kueue TAS: unhealthyNodes, then Evicted NodeFailures (no replacement node) and re-queued.
+    k = SimJob("llama-tas-70b", "ml-research", 2, a.take(2), 80, "node_failure", 28 * MIN, backoff_limit=6,
+               evicted=28 * MIN + LOST_EVICT_S, evict_reason="NodeFailures")
+    k.disrupted = ("lost", 0, 28 * MIN)
+    faults.append(Fault("node_lost", k.nodes[0], 28 * MIN))
+    # A drain: cordon, then the job's pod on the node evicted through the Eviction API; its replacement waits.
+    d = SimJob("bert-drain-ft", "ml-research", 2, a.take(2), 100, "node_failure", 30 * MIN, required=None,
+               backoff_limit=6, ignore_disruptions=True)
+    d.disrupted = ("drain", 1, 30 * MIN)
+    faults.append(Fault("drain", d.nodes[1], 30 * MIN))
+    # A GPU marked unhealthy (allocatable 8 -> 7 under a pod holding 8) after XID 63: the XID makes it gpu_fault,
+    # first in precedence; the job runs on (row remapping is not fatal).
+    g = SimJob("gemma-27b-ft", "ml-platform", 2, a.take(2), 110, "gpu_fault", 33 * MIN, kueue=False, required=None)
+    faults += [Fault("xid", g.nodes[0], 33 * MIN, gpu=5, xid=63), Fault("gpu_unhealthy", g.nodes[0], 33 * MIN + 2,
+                                                                       gpu=5)]
+    jobs += [k, d, g]
+
+
+def _gpu_throttle(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float, pods: int = 2,
+                  opt_in: bool = True) -> None:
+    # Default counters only: one GPU's SM clock to 0.65 x its peers, hot; the job runs at its slowest rank's pace.
+    j = SimJob("qwen-72b-pretrain", "ml-research", pods, a.take(pods), 55, "gpu_throttle", 25 * MIN, kind="JobSet")
+    faults.append(Fault("throttle", j.nodes[pods - 1], 25 * MIN, gpu=3, factor=0.65, slows=0.7))
+    jobs.append(j)
+    if not opt_in:
+        return
+    # Exporters with the opt-in fields: clock-event bits SW_POWER_CAP | HW_SLOWDOWN and violation counters ...
+    k = SimJob("mistral-22b-ft", "team-c", 2, a.take(2), 65, "gpu_throttle", 28 * MIN, kueue=False,
+               gang="coscheduling", required=None)
+    k.nodes[0].dcgm = "clock_events"
+    faults.append(Fault("throttle", k.nodes[0], 28 * MIN, gpu=6, factor=0.7, slows=0.72, reasons=0x4 | 0x8))
+    # ... and a DCGM 3.x CSV: the deprecated DCGM_FI_DEV_CLOCK_THROTTLE_REASONS with HW_THERMAL.
+    c = SimJob("gemma-9b-pretrain", "ml-platform", 2, a.take(2), 85, "gpu_throttle", 31 * MIN, kueue=False,
+               gang="volcano", required=None)
+    c.nodes[1].dcgm = "throttle_reasons"
+    faults.append(Fault("throttle", c.nodes[1], 31 * MIN, gpu=1, factor=0.62, slows=0.7, reasons=0x40))
+    jobs += [k, c]
+
+
+def _training_stalled(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float, pods: int = 2,
+                      modes: bool = True, created: float = 40.0, at: float = 30 * MIN) -> None:
+    # A hung collective before any watchdog: pods Running, GPUs busy spinning, no progress. The gauge falls to 0 ...
+    jobs.append(SimJob("gpt-neox-20b", "ml-research", pods, a.take(pods), created, "training_stalled", at, stall=at,
+                       hang=True))
+    if not modes:
+        return
+    # ... a tokens counter stops rising ...
+    jobs.append(SimJob("roberta-large-pt", "ml-platform", 2, a.take(2), 75, "training_stalled", 32 * MIN,
+                       kind="JobSet", gang="coscheduling", kueue=False, required=None, stall=32 * MIN, hang=True,
+                       counter=True, stall_mode="counter", children=True))
+    # ... a gauge's series disappears while the pods stay Running.
+    jobs.append(SimJob("t5-xxl-ft", "ml-platform", 2, a.take(2), 95, "training_stalled", 35 * MIN, gang="native",
+                       kueue=False, required=None, stall=35 * MIN, hang=True, stall_mode="gone"))
+
+
+def checkpoints(start: float, dur: float) -> list[tuple[float, float]]:
+    """Checkpoint saves every ~12.5 min, 75-170 s each: throughput near 0, normal life (< stall_s)."""
+    lengths = (75.0, 150.0, 105.0, 170.0, 90.0, 130.0)
+    out, t, i = [], start + 11 * MIN, 0
+    while t < dur:
+        out.append((t, t + lengths[i % len(lengths)]))
+        t, i = t + 12.5 * MIN + 20 * (i % 3), i + 1
+    return out
+
+
+def _normal_life(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float) -> None:
+    ckpt = SimJob("olmo-7b-pretrain", "ml-research", 2, a.take(2), 30, kind="JobSet")
+    ckpt.pauses = checkpoints(ckpt.running or 0.0, dur)
+    # A cold node pulls a 19 GB image for 4.5 min, then the containers run: start-up time, not a failure.
+    pull = SimJob("vit-huge-ft", "ml-platform", 2, a.take(2), 8 * MIN, kueue=False, gang="coscheduling",
+                  required=None, pull_s=272.0, startup="slow_pull")
+    # An evaluation Job that completes (exit 0, Job Complete, Workload Finished): its throughput stops.
+    done = SimJob("eval-sweep", "ml-research", 1, a.take(1), 3 * MIN, end=35 * MIN)
+    # A node cordoned under a running job (no drain follows), uncordoned later.
+    cord = SimJob("phi-3-ft", "ml-platform", 2, a.take(2), 50, gang="native", kueue=False, required=None)
+    faults.append(Fault("cordon", cord.nodes[1], 25 * MIN, until=45 * MIN))
+    # A hot GPU whose clocks hold, and a one-scrape SM clock dip.
+    hot = SimJob("sdxl-finetune", "ml-research", 2, a.take(2), 60)
+    faults += [Fault("hot_gpu", hot.nodes[0], 15 * MIN, gpu=4), Fault("clock_dip", hot.nodes[1], 33 * MIN, gpu=2)]
+    jobs += [ckpt, pull, done, cord, hot]
+    # Nodes that hold none of any job's pods: one goes NotReady (and comes back), one is cordoned.
+    if len(a.free) >= 2:
+        spare = a._use(a.free[-2:])
+        faults += [Fault("node_lost", spare[0], 20 * MIN, until=40 * MIN), Fault("cordon", spare[1], 12 * MIN)]
+
+
 def _healthy(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float, n: int = 1,
              traps: bool = True) -> None:
     systems = [("none", True), ("coscheduling", True), ("native", False), ("volcano", False)]
@@ -478,6 +740,17 @@ def _mixed(cluster: Cluster, a: _Alloc, jobs: list[SimJob], faults: list[Fault],
     _unexplained(a, jobs, faults, dur)
     _healthy(a, jobs, faults, dur, n=1, traps=True)
     _gang_assembly(a, jobs, faults, dur, len(cluster.nodes), None, partial_pods=2)
+    # Issue 31: one job of each new class, one pod each; the stalled job runs on the node the crashed one freed.
+    _startup_failure(a, jobs, faults, dur, pods=1, others=False)
+    _node_failure(a, jobs, faults, dur, pods=1, others=False)
+    _gpu_throttle(a, jobs, faults, dur, pods=1, opt_in=False)
+    _workload_crash(a, jobs, faults, dur, pods=1, nccl=False)
+    crashed = jobs[-1]
+    a.free.insert(0, crashed.nodes[0])  # free again once the failed Job's pods are gone (minute ~30)
+    _training_stalled(a, jobs, faults, dur, pods=1, modes=False, created=32 * MIN, at=48 * MIN)
+    if crashed.nodes[0] in a.free:  # a bigger cluster had another free node: leave this one to the crashed job
+        a.free.remove(crashed.nodes[0])
+    assert jobs[-1].placed is not None and jobs[-1].placed > (crashed.hold_end or 0.0)
 
 
 SCENARIOS: dict[str, tuple[str, Builder]] = {
@@ -497,6 +770,21 @@ SCENARIOS: dict[str, tuple[str, Builder]] = {
     "unexplained_slowdown": ("throughput drops with no infrastructure signal", _single(_unexplained)),
     "healthy": ("healthy jobs only, with traps: XID 13/31/43/45, a silent exporter, missing NVLink fields",
                 _traps),
+    "node_failure": ("a node lost under a Job (taint-manager eviction) and under Kueue TAS (NodeFailures), a drain "
+                     "through the Eviction API, a GPU marked unhealthy after XID 63 (gpu_fault by precedence)",
+                     _single(_node_failure)),
+    "gpu_throttle": ("one GPU's SM clock below its peers' with default counters; clock-event reasons and violation "
+                     "counters where the exporter has them (new and deprecated field names)", _single(_gpu_throttle)),
+    "startup_failure": ("an image that never pulls (Kueue PodsReadyTimeout eviction, re-admission), a missing Secret "
+                        "(CreateContainerConfigError), a volume that never mounts (FailedMount)",
+                        _single(_startup_failure)),
+    "workload_crash": ("a rank OOM-killed in a crash loop until the Job's backoffLimit; an NCCL watchdog abort that "
+                       "restarts a JobSet", _single(_workload_crash)),
+    "training_stalled": ("hung collectives with every pod Running: a gauge at 0, a counter that stops rising, a "
+                         "series that disappears", _single(_training_stalled)),
+    "normal_life": ("healthy jobs living normally: checkpoint pauses, a slow image pull, a completed Job, cordoned and "
+                    "NotReady nodes holding nothing, a node cordoned under a running job, a hot GPU, a clock dip",
+                    _single(_normal_life)),
     "mixed": ("several classes at once on one cluster (the demo's scenario)", _mixed),
 }
 

@@ -4,11 +4,13 @@ Targets, each scraped every ``interval`` seconds with its own offset and jitter 
 (job, instance, timestamp) group and times never go backwards through the file):
 
 * ``kueue`` — the Kueue controller (queue depth, admission-wait histogram, evictions);
-* ``dcgm-exporter`` per node — per-GPU utilisation, SM/tensor activity, PCIe bytes/s, NVLink bandwidth
-  and error counters, XID (``err_code``/``err_msg``), ECC DBE, with ``pod``/``namespace``/``container``
-  only while a pod holds the GPU, and ``Hostname`` naming the node;
+* ``dcgm-exporter`` per node — per-GPU utilisation, SM clock, SM/tensor activity, PCIe bytes/s, NVLink
+  bandwidth and error counters, XID (``err_code``/``err_msg``), ECC DBE, with ``pod``/``namespace``/``container``
+  only while a pod holds the GPU, and ``Hostname`` naming the node; clock-event reasons, violation counters and
+  the exporter's clock-event count only on nodes whose exporter has them (``Node.dcgm``);
 * ``node-exporter`` per node — InfiniBand port state and counters;
-* ``training`` per running job — ``train_tokens_per_second`` from the rank-0 pod.
+* ``training`` per running job — ``train_tokens_per_second`` (or the counter ``train_tokens_total``) from the
+  rank-0 pod.
 
 Values are numpy arrays per chunk of scrape rounds; lines are built and written by polars, never one
 Python call per sample (128 nodes x 6 h is ~36 M samples).
@@ -28,10 +30,11 @@ from collectors.simulate.cluster import GPUS_PER_NODE, IB_DEVICES
 from collectors.simulate.scenarios import XID_TEXT, Scenario, SimJob, placement_factor
 
 # (name, type, integer-valued). The default-counters.csv fields a classifier reads, plus the opt-in NVLink
-# error and ECC counters; the memory clock and FB_FREE are left out to keep a 1,024-GPU day's file writable.
+# error and ECC counters; MEM_CLOCK and FB_FREE are left out to keep a 1,024-GPU day's file writable (the SM
+# clock is in: a throttled GPU shows as its clock against its peers', with the default counters alone).
 DCGM = (
-    ("DCGM_FI_DEV_SM_CLOCK", "gauge", True),
-    ("DCGM_FI_DEV_GPU_TEMP", "gauge", True), ("DCGM_FI_DEV_POWER_USAGE", "gauge", False),
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", True), ("DCGM_FI_DEV_GPU_TEMP", "gauge", True),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", False),
     ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", True), ("DCGM_FI_DEV_GPU_UTIL", "gauge", True),
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", True), ("DCGM_FI_DEV_XID_ERRORS", "gauge", True),
     ("DCGM_FI_DEV_FB_USED", "gauge", True),
@@ -54,9 +57,26 @@ IB = (
     ("node_infiniband_link_downed_total", "counter", True),
     ("node_infiniband_port_transmit_wait_total", "counter", True),
 )
+# Opt-in fields (commented out or absent in dcgm-exporter's CSVs), written only on nodes whose exporter has them
+# (``Node.dcgm``): field 112 under its new and its deprecated name, the violation counters (ns), and the exporter's
+# windowed clock-event count, one series per bit (reference field/dcgm_throttle-sample.prom).
+OPT_IN = (
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", True), ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", True),
+    ("DCGM_FI_DEV_POWER_VIOLATION", "counter", True), ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", True),
+)
+CLOCK_EVENTS = ((0x1, "gpu_idle"), (0x4, "power_cap"), (0x8, "hw_slowdown"), (0x20, "sw_thermal"),
+                (0x40, "hw_thermal"), (0x80, "hw_power_brake"))
+CLOCK_EVENTS_WINDOW_MS = 300_000  # --clock-events-count-window-size default
+OPT_FIELDS = {"clock_events": {"DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_POWER_VIOLATION",
+                               "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_EXP_CLOCK_EVENTS_COUNT"},
+              "throttle_reasons": {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_POWER_VIOLATION",
+                                   "DCGM_FI_DEV_THERMAL_VIOLATION"}}
 THROUGHPUT = "train_tokens_per_second"
-D = {name: i for i, (name, _, _) in enumerate(DCGM)}
-NVLINK_METRICS = [i for i, (name, _, _) in enumerate(DCGM) if "NVLINK" in name]
+THROUGHPUT_TOTAL = "train_tokens_total"  # a job that reports tokens as a counter (read as a rate)
+PEAK_MHZ, IDLE_MHZ = 1980.0, 345.0  # H100 / H200 SXM max boost SM clock; the idle clock
+# Kueue's Evicted reasons the scenarios produce, with the metric's underlying_cause
+EVICTION_REASONS = (("Preempted", ""), ("PodsReadyTimeout", "WaitForStart"), ("NodeFailures", ""))
+PAUSE_LEVEL = 0.012  # throughput during a checkpoint pause: ~1 % of its pace (under pause_ratio)
 WAIT_BUCKETS = [1.0, 2.5] + [2.5 * 2 ** k for k in range(1, 15)]  # Kueue generateExponentialBuckets(16)
 IB_RATE = 5e10  # 400 Gb/s NDR
 
@@ -97,7 +117,8 @@ class Writer:
         self.holder = np.zeros((R, N), dtype=np.int32)
         self.activity = np.zeros((R, N))
         self.bw = np.zeros((R, N))  # interconnect traffic level
-        self.jobs_active: list[tuple[SimJob, np.ndarray, np.ndarray, str, str]] = []
+        self.hung = np.zeros((R, N), dtype=bool)  # a hung collective: kernels spin, nothing moves
+        self.jobs_active: list[tuple[SimJob, np.ndarray, np.ndarray, np.ndarray]] = []
         for j in self.scn.jobs:
             # throughput is a function of placement and of the links the job uses
             factor = np.full(R, placement_factor(j.nodes))
@@ -109,25 +130,41 @@ class Writer:
             active = np.zeros(R, dtype=bool)
             for lo, hi in j.active_intervals():
                 active |= (t >= lo) & (t < hi)
+            quiet = np.zeros(R, dtype=bool)  # no progress and no traffic: a checkpoint pause, a hang
+            for lo, hi in j.pauses:
+                pause = (t >= lo) & (t < hi)
+                factor[pause] *= PAUSE_LEVEL
+                quiet |= pause
+            stalled = np.zeros(R, dtype=bool)
             if j.stall is not None:
-                factor[t >= j.stall] = 0.0
-            runs = [(j.pod_names, iv) for iv in j.holding_intervals()[:1]]
-            if len(j.holding_intervals()) > 1:
-                runs.append((j.pod_names2, j.holding_intervals()[1]))
-            for names, (lo, hi) in runs:
-                mask = (t >= lo) & (t < hi)
+                stalled = (t >= j.stall) & (t < (j.restart_at if j.restart_at is not None else np.inf))
+                factor[stalled] = 0.0
+            hung = stalled & active if j.hang else np.zeros(R, dtype=bool)
+            quiet |= hung
+            # the series a job reports: absent while it is not active, or once it "disappears"
+            reported = active & ~(stalled if j.stall_mode == "gone" else np.zeros(R, dtype=bool))
+            released = j.released()
+            for gen, (lo, hi) in enumerate(j.holding_intervals(self.scn.duration)):
+                names = j.generation(gen)[0]
                 for i, node in enumerate(j.nodes):
+                    mask = (t >= lo) & (t < min(hi, released.get(i, np.inf) if gen == 0 else hi))
                     k = node_ix[node.name]
                     holders.append((j.namespace, names[i]))
                     self.holder[mask, k] = len(holders) - 1
-                    busy = np.where(active[mask], np.maximum(factor[mask], 0.02), 0.02)
-                    self.activity[mask, k] = busy
-                    self.bw[mask, k] = np.where(active[mask], 0.5 + 0.5 * factor[mask], 0.0)
+                    on = active[mask]
+                    busy = np.where(on, np.maximum(factor[mask], 0.02), 0.02)
+                    self.activity[mask, k] = np.where(quiet[mask] & on & ~hung[mask], 0.05, busy)
+                    self.hung[mask, k] = hung[mask]
+                    self.bw[mask, k] = np.where(on, np.where(quiet[mask], 0.03, 0.5 + 0.5 * factor[mask]), 0.0)
             if active.any():
-                # rank-0 pod of the run that is active at each round
-                self.jobs_active.append((j, active, factor, j.pod_names[0], j.pod_names2[0]))
+                self.jobs_active.append((j, active, factor, reported))
         self.holders = holders
         self.faults = self.scn.faults
+        # the exporters of a lost node are silent while it is
+        self.down = np.zeros((R, N), dtype=bool)
+        for f in self.faults:
+            if f.kind == "node_lost":
+                self.down[(t >= f.at) & (t < (f.until if f.until is not None else np.inf)), node_ix[f.node.name]] = True
 
     def _prefix(self, s: str, header_text: str = "") -> int:
         """Register a series' name+labels (or, with ``header_text``, a ``# TYPE`` line); returns its id."""
@@ -142,14 +179,21 @@ class Writer:
 
     def _dcgm_setup(self) -> None:
         G = GPUS_PER_NODE
+        # The fields: the default ones everywhere, the opt-in ones only if some node's exporter has them.
+        self.metrics = list(DCGM)
+        self.opt = {n.index: OPT_FIELDS.get(n.dcgm, set()) for n in self.nodes}
+        if any(self.opt.values()):
+            self.metrics += list(OPT_IN) + [("DCGM_EXP_CLOCK_EVENTS_COUNT", "counter", True)] * len(CLOCK_EVENTS)
+        self.D = {name: i for i, (name, _, _) in reversed(list(enumerate(self.metrics)))}  # first slot of a name
         # label prefixes for each (node, holder) pair that occurs
         pairs = np.unique(self.holder.astype(np.int64) * self.n + np.arange(self.n)[None, :])
         self.pair_index = {int(p): i for i, p in enumerate(pairs)}
-        K, M = len(pairs), len(DCGM)
+        K, M = len(pairs), len(self.metrics)
         xid_at: dict[tuple[int, int], int] = {}
         for f in self.faults:
             if f.kind == "xid":
                 xid_at[(f.node.index, f.gpu or 0)] = f.xid or 0
+        exp0 = self.D.get("DCGM_EXP_CLOCK_EVENTS_COUNT", M)
         table = np.zeros((K, M, G), dtype=np.int32)
         for pi, p in enumerate(pairs):
             h, k = divmod(int(p), self.n)
@@ -160,39 +204,79 @@ class Writer:
                         f'device="nvidia{g}",modelName="{node.model}",Hostname="{node.name}"')
                 tail = f',container="trainer",namespace="{ns}",pod="{pod}"' if pod else ""
                 tail += f',job="dcgm-exporter",instance="{node.ip}:9400"'
-                for m, (name, _, _) in enumerate(DCGM):
+                for m, (name, _, _) in enumerate(self.metrics):
+                    if m >= len(DCGM) and name not in self.opt[k]:
+                        continue  # this node's exporter does not have the field: never written
                     extra = ""
-                    if m == D["DCGM_FI_DEV_XID_ERRORS"]:
+                    if m == self.D["DCGM_FI_DEV_XID_ERRORS"]:
                         code = xid_at.get((k, g), 0)
                         extra = f',err_code="{code}",err_msg="{XID_TEXT.get(code, "")}"'
+                    elif m >= exp0:
+                        extra = (f',clock_event="{CLOCK_EVENTS[m - exp0][1]}",'
+                                 f'window_size_in_ms="{CLOCK_EVENTS_WINDOW_MS}"')
                     table[pi, m, g] = self._prefix(f"{name}{{{base}{extra}{tail}}}")
         self.dcgm_table = table
-        self.dcgm_headers = np.array([self._header(n, ty) for n, ty, _ in DCGM], dtype=np.int32)
-        self.dcgm_counters = {m: np.zeros((self.n, G)) for m in range(len(DCGM)) if DCGM[m][1] == "counter"}
-        self.dcgm_counters[D["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"]] += self.rng.integers(0, 3, (self.n, G))
+        # One # TYPE line per metric name: the clock-event slots after the first continue its block (-1).
+        self.dcgm_headers = np.array([self._header(n, ty) if m < exp0 + 1 else -1
+                                      for m, (n, ty, _) in enumerate(self.metrics)], dtype=np.int32)
+        self.dcgm_counters = {m: np.zeros((self.n, G)) for m in range(M) if self.metrics[m][1] == "counter"}
+        self.dcgm_counters[self.D["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"]] += self.rng.integers(0, 3, (self.n, G))
+        if exp0 < M:
+            for name in ("DCGM_FI_DEV_POWER_VIOLATION", "DCGM_FI_DEV_THERMAL_VIOLATION"):  # a node's past
+                self.dcgm_counters[self.D[name]] += self.rng.integers(0, 5 * 10**10, (self.n, G))
+            self.reason_window = max(1, int(CLOCK_EVENTS_WINDOW_MS / 1000 // self.interval))
+            self.reason_hist = np.zeros((0, self.n, G), dtype=np.int64)
 
     def _dcgm(self, r0: int, r1: int) -> _Family:
-        rng, G, N = self.rng, GPUS_PER_NODE, self.n
+        rng, G, N, D = self.rng, GPUS_PER_NODE, self.n, self.D
         R = r1 - r0
         t = self.t[r0:r1]
         act = self.activity[r0:r1][:, :, None] * np.ones((1, 1, G))
+        hung = self.hung[r0:r1][:, :, None] & np.ones((1, 1, G), dtype=bool)
         held = (self.holder[r0:r1] > 0)[:, :, None] * np.ones((1, 1, G), dtype=bool)
         noise = rng.normal(0.0, 1.0, (R, N, G))
+        # Per-GPU: a throttled GPU is the busiest of its job (its peers wait for it) at a lower clock, and hot.
+        clock = np.ones((R, N, G))
+        heat = np.zeros((R, N, G))
+        watts = np.ones((R, N, G))
+        reasons = np.zeros((R, N, G), dtype=np.int64)
+        for f in self.faults:
+            k, g = f.node.index, f.gpu or 0
+            on = (t >= f.at) & (t < (f.until if f.until is not None else np.inf))
+            if f.kind == "throttle":
+                ramp = np.clip((t - (f.at - 4 * 60)) / (4 * 60), 0, 1)  # it heats up for 4 min first
+                heat[:, k, g] = np.maximum(heat[:, k, g], ramp * (90 - 66))
+                act[on, k, g] = np.where(self.activity[r0:r1][on, k] > 0.05, 1.0, act[on, k, g])
+                clock[on, k, g] = f.factor
+                watts[on, k, g] = 0.8
+                reasons[on, k, g] = f.reasons
+            elif f.kind == "hot_gpu":  # a GPU running at ~87 C whose clocks hold
+                heat[on, k, g] = 87 - 66
+            elif f.kind == "clock_dip":  # one scrape
+                first = int(np.argmax(t >= f.at)) if (t >= f.at).any() and t[0] - self.interval < f.at else -1
+                if first >= 0:
+                    clock[first, k, g] = 0.6
         util = np.clip(np.where(act > 0.05, act * 93 + noise * 2.5, act * 40), 0, 100)
+        util = np.where(hung, np.clip(98 + noise, 0, 100), util)  # NCCL kernels spin on a hung collective
         sm = np.clip(util / 100 * 0.82 + noise * 0.01, 0, 1)
+        sm = np.where(hung, np.clip(0.12 + noise * 0.005, 0, 1), sm)
+        tensor = np.where(hung, np.clip(0.004 + noise * 0.001, 0, 1), sm * 0.63)
         bwl = self.bw[r0:r1][:, :, None] * np.ones((1, 1, G))
-        v = np.full((R, N, len(DCGM), G), np.nan)
-        # H100 SXM: 1,980 MHz boost under load (a few MHz of jitter, none drawn from the generator), 345 idle.
-        v[:, :, D["DCGM_FI_DEV_SM_CLOCK"]] = np.where(act > 0.05, 1980 - np.round(np.abs(noise) * 5), 345)
-        v[:, :, D["DCGM_FI_DEV_GPU_TEMP"]] = np.round(31 + util * 0.38 + noise)
-        v[:, :, D["DCGM_FI_DEV_POWER_USAGE"]] = np.round(72 + util * 6.1 + noise * 9, 6)
+        v = np.full((R, N, len(self.metrics), G), np.nan)
+        busy_clock = np.minimum(PEAK_MHZ, PEAK_MHZ - np.abs(noise) * 12)
+        v[:, :, D["DCGM_FI_DEV_SM_CLOCK"]] = np.round(np.where(util > 5, busy_clock * clock,
+                                                               IDLE_MHZ + np.abs(noise) * 3))
+        temp = np.where(hung, 31 + 0.38 * 40 + noise, 31 + util * 0.38 + noise)
+        v[:, :, D["DCGM_FI_DEV_GPU_TEMP"]] = np.round(np.where(heat > 0, np.maximum(temp, 66 + heat + noise), temp))
+        power = np.where(hung, 72 + 40 * 3.2 + noise * 9, 72 + util * 6.1 + noise * 9) * watts
+        v[:, :, D["DCGM_FI_DEV_POWER_USAGE"]] = np.round(power, 6)
         v[:, :, D["DCGM_FI_DEV_GPU_UTIL"]] = np.round(util)
-        v[:, :, D["DCGM_FI_DEV_MEM_COPY_UTIL"]] = np.round(util * 0.41)
+        v[:, :, D["DCGM_FI_DEV_MEM_COPY_UTIL"]] = np.round(np.where(hung, 1.0, util * 0.41))
         v[:, :, D["DCGM_FI_DEV_FB_USED"]] = np.where(held, 71234 + (noise * 300).round(), 0)
         v[:, :, D["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]] = np.round(np.clip(util / 100 * 0.97, 0, 1), 6)
         v[:, :, D["DCGM_FI_PROF_SM_ACTIVE"]] = np.round(sm, 6)
-        v[:, :, D["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]] = np.round(sm * 0.63, 6)
-        v[:, :, D["DCGM_FI_PROF_DRAM_ACTIVE"]] = np.round(sm * 0.45, 6)
+        v[:, :, D["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]] = np.round(tensor, 6)
+        v[:, :, D["DCGM_FI_PROF_DRAM_ACTIVE"]] = np.round(np.where(hung, 0.002, sm * 0.45), 6)
         # Link traffic follows the interconnect level (bwl), which a slow input pipeline lowers less than compute.
         v[:, :, D["DCGM_FI_PROF_PCIE_TX_BYTES"]] = np.round(bwl * 2.3e9 * (1 + noise * 0.03) + 1.1e6)
         v[:, :, D["DCGM_FI_PROF_PCIE_RX_BYTES"]] = np.round(bwl * 3.1e9 * (1 + noise * 0.03) + 2.4e6)
@@ -203,7 +287,7 @@ class Writer:
         dbe = np.zeros((R, N, G))
         xid = np.full((R, N, G), np.nan)
         lost = np.zeros((R, N, G), dtype=bool)
-        silent = np.zeros((R, N), dtype=bool)
+        silent = self.down[r0:r1].copy()
         no_nvlink = np.zeros(N, dtype=bool)
         for f in self.faults:
             k = f.node.index
@@ -227,22 +311,50 @@ class Writer:
                 no_nvlink[k] = True
         v[:, :, D["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]] = np.round(np.maximum(nvl, 0))
         v[:, :, D["DCGM_FI_DEV_XID_ERRORS"]] = xid
-        for m, inc in ((D["DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"], crc),
-                       (D["DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"], replay),
-                       (D["DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"], recov),
-                       (D["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"], dbe),
-                       (D["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"], np.zeros((R, N, G)))):
+        incs = [(D["DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"], crc),
+                (D["DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"], replay),
+                (D["DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"], recov),
+                (D["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"], dbe),
+                (D["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"], np.zeros((R, N, G)))]
+        if "DCGM_EXP_CLOCK_EVENTS_COUNT" in D:
+            incs += self._clock_events(v, util, reasons)
+        for m, inc in incs:
             cum = self.dcgm_counters[m][None] + np.cumsum(inc, axis=0)
             self.dcgm_counters[m] = cum[-1]
             v[:, :, m] = cum
-        for m in NVLINK_METRICS:
+        for m in (i for i, (name, _, _) in enumerate(self.metrics) if "NVLINK" in name):
             v[:, no_nvlink, m] = np.nan
+        for m in range(len(DCGM), len(self.metrics)):  # opt-in fields only where the exporter has them
+            name = self.metrics[m][0]
+            v[:, [k for k in range(N) if name not in self.opt[k]], m] = np.nan
         v = np.where(lost[:, :, None, :], np.nan, v)
         v[silent] = np.nan
         pair = self.holder[r0:r1].astype(np.int64) * N + np.arange(N)[None, :]
         pidx = np.vectorize(self.pair_index.__getitem__, otypes=[np.int64])(pair) if pair.size else pair
         prefix = self.dcgm_table[pidx]  # (R, N, M, G)
-        return _Family(v, prefix, self.dcgm_headers, np.array([x[2] for x in DCGM]), self._ts(r0, r1, 1))
+        return _Family(v, prefix, self.dcgm_headers, np.array([x[2] for x in self.metrics]), self._ts(r0, r1, 1))
+
+    def _clock_events(self, v: np.ndarray, util: np.ndarray, reasons: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """Field 112 (an idle GPU reports GPU_IDLE), the violation counters' increments (ns), and the exporter's
+        count of each set bit over its window (absent while 0)."""
+        D = self.D
+        bits = np.where(util <= 5, 0x1, reasons)
+        for name in ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"):
+            v[:, :, D[name]] = bits
+        step = self.interval * 1e9
+        power = np.where(bits & (0x4 | 0x80), step * 0.85, 0.0)
+        thermal = np.where(bits & (0x20 | 0x40), step * 0.6, 0.0) + np.where(bits & 0x8, step * 0.2, 0.0)
+        hist = np.concatenate([self.reason_hist, bits])
+        W = self.reason_window
+        exp0 = D["DCGM_EXP_CLOCK_EVENTS_COUNT"]
+        R = bits.shape[0]
+        for b, (mask, _) in enumerate(CLOCK_EVENTS):
+            seen = np.cumsum(np.concatenate([np.zeros((1, *bits.shape[1:])), (hist & mask) > 0]), axis=0)
+            off = len(self.reason_hist)
+            count = np.stack([seen[off + r + 1] - seen[max(0, off + r + 1 - W)] for r in range(R)])
+            v[:, :, exp0 + b] = np.where(count > 0, count, np.nan)
+        self.reason_hist = hist[-W:]
+        return [(D["DCGM_FI_DEV_POWER_VIOLATION"], power), (D["DCGM_FI_DEV_THERMAL_VIOLATION"], thermal)]
 
     def _ib_setup(self) -> None:
         Dv = len(IB_DEVICES)
@@ -288,6 +400,7 @@ class Writer:
         v[:, :, 0] = state
         v[:, :, 1] = phys
         v[:, :, 2] = IB_RATE
+        v[self.down[r0:r1]] = np.nan  # a lost node's node_exporter is silent too
         prefix = np.broadcast_to(self.ib_table, (R, *self.ib_table.shape))
         return _Family(v, prefix, self.ib_headers, np.array([x[2] for x in IB]), self._ts(r0, r1, 2))
 
@@ -303,8 +416,9 @@ class Writer:
             rows.append(("kueue_admitted_active_workloads", "gauge", f'cluster_queue="{cq}",replica_role="leader",'
                          f"{inst}", True))
         for cq in self.cqs:
-            rows.append(("kueue_evicted_workloads_total", "counter", f'cluster_queue="{cq}",reason="Preempted",'
-                         f'underlying_cause="",priority_class="",replica_role="leader",{inst}', True))
+            for reason, cause in EVICTION_REASONS:
+                rows.append(("kueue_evicted_workloads_total", "counter", f'cluster_queue="{cq}",reason="{reason}",'
+                             f'underlying_cause="{cause}",priority_class="",replica_role="leader",{inst}', True))
         for cq in self.cqs:
             lab = f'cluster_queue="{cq}",priority_class="",replica_role="leader",{inst}'
             for le in [*WAIT_BUCKETS, float("inf")]:
@@ -352,15 +466,17 @@ class Writer:
             vals: list[float] = []
             for cq in self.cqs:
                 mine = [j for j in kueue_jobs if j.cq == cq and j.created <= t and (j.deleted is None or t < j.deleted)]
-                waiting = [j for j in mine if _pending_at(j, t)]
+                waiting = [j for j in mine if _pending_at(j, t, self.scn.duration)]
                 inadm = [j for j in waiting if j.pending is not None]
                 vals += [len(waiting) - len(inadm), len(inadm)]
             for cq in self.cqs:
-                vals.append(sum(1 for j in kueue_jobs if j.cq == cq and _admitted_at(j, t)))
+                vals.append(sum(1 for j in kueue_jobs if j.cq == cq and _admitted_at(j, t, self.scn.duration)))
             for cq in self.cqs:
-                vals.append(sum(1 for j in kueue_jobs if j.cq == cq and j.evicted is not None and j.evicted <= t))
+                for reason, _ in EVICTION_REASONS:
+                    vals.append(sum(1 for j in kueue_jobs if j.cq == cq for ev, _, why in j.evictions(self.scn.duration)
+                                    if why == reason and ev <= t))
             for cq in self.cqs:
-                waits = [w for j in kueue_jobs if j.cq == cq for w in _admission_waits(j, t)]
+                waits = [w for j in kueue_jobs if j.cq == cq for w in _admission_waits(j, t, self.scn.duration)]
                 vals += [sum(1 for w in waits if w <= le) for le in WAIT_BUCKETS] + [len(waits)]
                 vals += [round(sum(waits), 3), len(waits)]
             vals += vals[:len(self.kueue_rows) - len(vals)]  # the HA follower's pending gauges (same values)
@@ -375,25 +491,36 @@ class Writer:
 
     def _train_setup(self) -> None:
         self.train_prefix = []
-        for j, _, _, p1, p2 in self.jobs_active:
+        for j, _, _, _ in self.jobs_active:
             ip = f"192.168.{j.nodes[0].index % 256}.10:8000"
+            name = THROUGHPUT_TOTAL if j.counter else THROUGHPUT
             self.train_prefix.append(tuple(
-                self._prefix(f'{THROUGHPUT}{{namespace="{j.namespace}",pod="{p}",job="training",instance="{ip}"}}')
-                for p in (p1, p2)))
-        self.train_header = np.array([self._header(THROUGHPUT, "gauge")], dtype=np.int32)
+                self._prefix(f'{name}{{namespace="{j.namespace}",pod="{p}",job="training",instance="{ip}"}}')
+                for p in (j.pod_names[0], j.pod_names2[0])))
+        self.train_header = np.array([self._header(THROUGHPUT, "gauge"), self._header(THROUGHPUT_TOTAL, "counter")],
+                                     dtype=np.int32)
+        self.train_total = np.zeros(len(self.jobs_active))
 
     def _train(self, r0: int, r1: int) -> _Family:
+        """The rank-0 pod's tokens/s gauge, or (``SimJob.counter``) its tokens counter, while the loop runs."""
         R, J = r1 - r0, len(self.jobs_active)
-        v = np.full((R, J, 1, 1), np.nan)
-        prefix = np.zeros((R, J, 1, 1), dtype=np.int32)
+        v = np.full((R, J, 2, 1), np.nan)
+        prefix = np.zeros((R, J, 2, 1), dtype=np.int32)
         t = self.t[r0:r1]
-        for ji, (j, active, factor, _, _) in enumerate(self.jobs_active):
+        for ji, (j, active, factor, reported) in enumerate(self.jobs_active):
             tps = j.tps_per_gpu * j.pods * j.gpus_per_pod * factor[r0:r1]
-            tps = tps * (1 + self.rng.normal(0, 0.025, R))
-            v[:, ji, 0, 0] = np.where(active[r0:r1], np.round(np.maximum(tps, 0), 1), np.nan)
+            tps = np.maximum(tps * (1 + self.rng.normal(0, 0.025, R)), 0)
             rerun = (t >= j.rerun) if j.rerun is not None else np.zeros(R, dtype=bool)
-            prefix[:, ji, 0, 0] = np.where(rerun, self.train_prefix[ji][1], self.train_prefix[ji][0])
-        return _Family(v, prefix, self.train_header, np.array([False]), self._ts(r0, r1, 3))
+            pref = np.where(rerun, self.train_prefix[ji][1], self.train_prefix[ji][0])
+            if j.counter:  # tokens since the process started
+                total = self.train_total[ji] + np.cumsum(np.where(active[r0:r1], tps * self.interval, 0.0))
+                self.train_total[ji] = total[-1]
+                v[:, ji, 1, 0] = np.where(reported[r0:r1], np.round(total), np.nan)
+                prefix[:, ji, 1, 0] = pref
+            else:
+                v[:, ji, 0, 0] = np.where(reported[r0:r1], np.round(tps, 1), np.nan)
+                prefix[:, ji, 0, 0] = pref
+        return _Family(v, prefix, self.train_header, np.array([False, True]), self._ts(r0, r1, 3))
 
     # --- timing and output -----------------------------------------------------------------------------------------
 
@@ -464,9 +591,18 @@ def _rows(fam: _Family) -> dict[str, np.ndarray]:
     R, T, M, S = fam.values.shape
     present = ~np.isnan(fam.values)
     head_present = present.any(axis=3)  # (R, T, M)
+    if (fam.header < 0).any():  # a metric continuing the previous one's block: one # TYPE line for both
+        for m in range(1, M):
+            if fam.header[m] < 0:
+                owner = m - 1
+                while fam.header[owner] < 0:
+                    owner -= 1
+                head_present[..., owner] |= head_present[..., m]
+                head_present[..., m] = False
     vals = np.concatenate([np.zeros((R, T, M, 1)), np.nan_to_num(fam.values)], axis=3)
     keep = np.concatenate([head_present[..., None], present], axis=3)
-    pref = np.concatenate([np.broadcast_to(fam.header[None, None, :, None], (R, T, M, 1)), fam.prefix], axis=3)
+    heads = np.maximum(fam.header, 0)
+    pref = np.concatenate([np.broadcast_to(heads[None, None, :, None], (R, T, M, 1)), fam.prefix], axis=3)
     is_int = np.broadcast_to(fam.is_int[None, None, :, None], (R, T, M, S + 1)).copy()
     for fs in getattr(fam, "float_slots", ()):
         is_int[:, :, fs[0], fs[1] + 1] = False
@@ -483,26 +619,25 @@ def _fmt_le(x: float) -> str:
     return str(int(x)) if x == int(x) else str(x)
 
 
-def _pending_at(j: SimJob, t: float) -> bool:
+def _pending_at(j: SimJob, t: float, duration: float) -> bool:
     if j.pending is not None:
         return True
     if j.admitted is not None and j.created <= t < j.admitted:
         return True
-    return j.evicted is not None and j.evicted <= t < (j.readmit if j.readmit is not None else float("inf"))
+    return any(ev <= t < (back if back is not None else float("inf")) for ev, back, _ in j.evictions(duration))
 
 
-def _admitted_at(j: SimJob, t: float) -> bool:
-    if j.admitted is None or t < j.admitted or _pending_at(j, t):
+def _admitted_at(j: SimJob, t: float, duration: float) -> bool:
+    if j.admitted is None or t < j.admitted or _pending_at(j, t, duration):
         return False
-    return j.end is None or t < j.end
+    return j.finished is None or t < j.finished
 
 
-def _admission_waits(j: SimJob, t: float) -> list[float]:
+def _admission_waits(j: SimJob, t: float, duration: float) -> list[float]:
     out = []
     if j.admitted is not None and j.pending is None and j.admitted <= t:
         out.append(j.admitted - j.created)
-    if j.readmit is not None and j.evicted is not None and j.readmit <= t:
-        out.append(j.readmit - j.evicted)
+    out += [back - ev for ev, back, _ in j.evictions(duration) if back is not None and back <= t]
     return out
 
 

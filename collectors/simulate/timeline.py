@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from collectors.simulate import objects as o
+from collectors.simulate import stories
 from collectors.simulate.cluster import HOST_LABEL, det_uuid, node_object
-from collectors.simulate.scenarios import MIN, Scenario, SimJob
+from collectors.simulate.scenarios import MIN, STUCK, Scenario, SimJob
 
 SETUP_AGE = timedelta(days=12)
 
@@ -29,6 +30,7 @@ class Timeline:
         self.start = start
         self.rng = rng
         self.items: list[tuple[float, int, str, dict[str, Any]]] = []
+        self.nodes: dict[str, dict[str, Any]] = {}  # the Node objects, as last emitted (node stories change them)
 
     def ts(self, t: float) -> str:
         return (self.start + timedelta(seconds=int(t))).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -44,8 +46,10 @@ class Timeline:
         return det_uuid(self.rng)
 
     def event(self, t: float, involved: dict[str, Any], etype: str, reason: str, message: str, component: str,
-              repeat_every: float | None = None, until: float | None = None, action: str | None = None) -> None:
-        ev = o.event(involved, etype, reason, message, self.ts(t), self.uid(), component, action=action)
+              repeat_every: float | None = None, until: float | None = None, action: str | None = None,
+              host: str | None = None, field_path: str | None = None) -> None:
+        ev = o.event(involved, etype, reason, message, self.ts(t), self.uid(), component, action=action, host=host,
+                     field_path=field_path)
         self.emit(t, "ADDED", ev)
         if repeat_every and until:
             n, tt = 1, t + repeat_every
@@ -54,6 +58,24 @@ class Timeline:
                 ev["count"], ev["lastTimestamp"] = n, self.ts(tt)
                 self.emit(tt, "MODIFIED", ev)
                 tt += repeat_every
+
+    def series(self, times: list[float], involved: dict[str, Any], etype: str, reason: str, message: str,
+               component: str, host: str | None = None, field_path: str | None = None,
+               every: float = 60.0) -> None:
+        """One Event occurring at each of ``times``: ADDED at the first, then ``count`` and ``lastTimestamp``
+        advancing, written at most once per ``every`` seconds (and at the last occurrence), as the event
+        correlator aggregates repeats into updates of one object."""
+        if not times:
+            return
+        ev = o.event(involved, etype, reason, message, self.ts(times[0]), self.uid(), component, host=host,
+                     field_path=field_path)
+        self.emit(times[0], "ADDED", ev)
+        last = times[0]
+        for n, tt in enumerate(times[1:], start=2):
+            if tt - last >= every or n == len(times):
+                ev["count"], ev["lastTimestamp"] = n, self.ts(tt)
+                self.emit(tt, "MODIFIED", ev)
+                last = tt
 
     def start_capture_at(self, t: float) -> None:
         """First contact: gangscope starts watching at ``t``. Every object that exists then arrives ADDED in
@@ -96,7 +118,8 @@ def build(scn: Scenario, start: datetime) -> Timeline:
     tl = Timeline(start, random.Random(f"{scn.seed}:{scn.name}:k8s"))
     setup = (start - SETUP_AGE).strftime("%Y-%m-%dT%H:%M:%SZ")
     for n in scn.cluster.nodes:
-        tl.emit(0, "ADDED", node_object(n, setup, tl.ts(0)))
+        tl.nodes[n.name] = node_object(n, setup, tl.ts(0))
+        tl.emit(0, "ADDED", tl.nodes[n.name])
     tl.emit(0, "ADDED", o.topology(setup, tl.uid()))
     tl.emit(0, "ADDED", o.resource_flavor(setup, tl.uid()))
     gpus = scn.cluster.gpus
@@ -108,6 +131,7 @@ def build(scn: Scenario, start: datetime) -> Timeline:
     tl.emit(0, "ADDED", o.local_queue("team-a", "ml-platform", "team-a-cq", setup, tl.uid()))
     for j in sorted(scn.jobs, key=lambda j: j.created):
         _job(tl, j, scn)
+    stories.nodes(tl, scn)
     return tl
 
 
@@ -172,21 +196,34 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
         _unschedulable(tl, j, pods[len(j.nodes):], (placed or a) + 1, end)
         if pg is not None and j.gang == "native" and j.k8s == "1.37" and not placed:
             _native_unschedulable(tl, j, pg, (placed or a) + 1)
+    life = stories.Life(j, job, wl, pg, pods, scn, stories.child(tl, j, a + 1))
+    if j.startup in STUCK and placed is not None:
+        stories.stuck(tl, life)
+        return
     if j.running is None:
         if j.nodes:
             _run(tl, j, pods[:len(j.nodes)], placed + j.pull_s if placed else a + 30, placed)
         return
     r = j.running
+    if j.startup == "slow_pull" and placed is not None:
+        stories.slow_pull(tl, life, placed, r)
     _run(tl, j, pods, r, placed)
     if wl is not None:
         o.set_condition(wl, o.condition("PodsReady", "True", "Started",
                                         "All pods reached readiness and the workload is running", tl.ts(r + 1)))
         tl.emit(r + 1, "MODIFIED", wl)
     _gang_running(tl, j, pg, r + 2)
+    stories.running(tl, life, r + 1)
+    if j.crash == "oom":
+        stories.oom(tl, life)
+    elif j.crash == "nccl":
+        pods = stories.nccl(tl, life)
+    if j.disrupted is not None:
+        stories.disrupted(tl, life)
 
     if j.evicted is not None and wl is None:
         _scheduler_preemption(tl, j, job, pods, j.evicted)
-    if j.evicted is not None and wl is not None:
+    if j.evicted is not None and wl is not None and j.evict_reason == "Preempted":
         _evict(tl, j, wl, job, pods, j.evicted, scn)
         if j.readmit is not None:
             _admit(tl, j, wl, job, j.readmit, j.evicted, requeued=True)
@@ -212,10 +249,15 @@ def _kueue_job_controller(j: SimJob) -> str:
     return "batch/job-kueue-controller" if j.kind == "Job" else "jobset.x-k8s.io/jobset-kueue-controller"
 
 
-def _admit(tl: Timeline, j: SimJob, wl: dict, job: dict, a: float, queued: float, requeued: bool = False) -> None:
+def _admit(tl: Timeline, j: SimJob, wl: dict, job: dict, a: float, queued: float,
+           requeued: bool | tuple[str, str] = False) -> None:
+    """Kueue reserves quota and admits; ``requeued``: a re-admission after an eviction (its Requeued condition
+    written at the eviction), or the (reason, message) Requeued carries by now (BackoffFinished)."""
     cq = j.cq
     wl["status"].pop("resourceRequests", None)
     wl["status"]["admission"] = o.admission(j, cq)
+    if isinstance(requeued, tuple):
+        o.set_condition(wl, o.condition("Requeued", "True", *requeued, tl.ts(a - 1)))
     o.set_condition(wl, o.condition("QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cq}",
                                     tl.ts(a)))
     o.set_condition(wl, o.condition("Admitted", "True", "Admitted", "The workload is admitted", tl.ts(a)))
@@ -242,10 +284,17 @@ def _admit(tl: Timeline, j: SimJob, wl: dict, job: dict, a: float, queued: float
     tl.event(a + 1, job, "Normal", "Started", f"Admitted by clusterQueue {cq}", _kueue_job_controller(j))
 
 
-def _create_pods(tl: Timeline, j: SimJob, job: dict, t: float, names: list[str], uids: list[str]) -> list[dict]:
+def _create_pods(tl: Timeline, j: SimJob, job: dict, t: float, names: list[str], uids: list[str],
+                 only: list[int] | None = None, owner: dict | None = None) -> list[dict]:
+    """Create the job's pods (``only`` some indexes: replacements), owned by the Job (or the given child Job)."""
     pods = []
-    for i in range(j.pods):
+    for i in range(j.pods) if only is None else only:
         p = o.pod(j, i, names[i], uids[i], tl.ts(t), j.cq if j.kueue else None)
+        if owner is not None:
+            p["metadata"]["ownerReferences"] = [o.owner("batch/v1", "Job", owner["metadata"]["name"],
+                                                        owner["metadata"]["uid"])]
+            attempt = owner["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"]
+            p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] = attempt
         p["status"]["conditions"] = [o.pod_condition("PodScheduled", "False", tl.ts(t), "SchedulingGated",
                                                      "Scheduling is blocked due to non-empty scheduling gates")] \
             if p["spec"].get("schedulingGates") else []
@@ -433,8 +482,12 @@ def _finish(tl: Timeline, j: SimJob, wl: dict | None, job: dict, pods: list[dict
                                          "message": "jobset completed successfully",
                                          "lastTransitionTime": tl.ts(t + 1)}]}
     tl.emit(t + 1, "MODIFIED", job)
+    if j.kind == "Job":
+        tl.event(t + 1, job, "Normal", "Completed", "Job completed", "job-controller")
     if wl is not None:
-        o.set_condition(wl, o.condition("Finished", "True", "Succeeded", "Job finished successfully", tl.ts(t + 2)))
+        # Kueue's Finished message is the job's own terminal condition message (reference kueue_workload-finished)
+        done = job["status"]["conditions"][-1]["message"]
+        o.set_condition(wl, o.condition("Finished", "True", "Succeeded", done, tl.ts(t + 2)))
         tl.emit(t + 2, "MODIFIED", wl)
         tl.event(t + 2, job, "Normal", "FinishedWorkload", f"Workload '{j.namespace}/{j.workload}' is declared "
                  "finished", _kueue_job_controller(j))

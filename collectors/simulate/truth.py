@@ -17,7 +17,10 @@ from typing import Any
 
 from collectors.simulate.scenarios import Scenario
 
-TRAPS = {"exporter_silent", "nvlink_missing"}
+TRAPS = {"exporter_silent", "nvlink_missing", "hot_gpu", "clock_dip"}
+# Node changes that are normal life unless a job's fault is injected with them: a node cordoned under a job that
+# keeps running, a node NotReady or cordoned that holds none of any job's pods.
+DECOYS_UNLESS_OWNED = {"node_lost", "cordon", "drain", "gpu_unhealthy"}
 
 
 def _ts(start: datetime, t: float | None) -> str | None:
@@ -49,9 +52,10 @@ def build(scn: Scenario, start: datetime, variant: str | None = None,
     for f in scn.faults:
         owner = next((j for j in scn.jobs if f.node in j.nodes and j.root_cause != "healthy"
                       and j.onset is not None and abs(j.onset - f.at) < 120), None)
+        trap = f.kind in TRAPS or (f.kind == "xid" and f.xid in (13, 31, 43, 45)) \
+            or (f.kind in DECOYS_UNLESS_OWNED and owner is None)
         entry: dict[str, Any] = {"kind": f.kind, "node": f.node.name, "onset": _ts(start, f.at),
-                                 "until": _ts(start, f.until), "trap": f.kind in TRAPS or (f.kind == "xid" and
-                                                                                          f.xid in (13, 31, 43, 45))}
+                                 "until": _ts(start, f.until), "trap": trap}
         if f.gpu is not None:
             entry.update(gpu=f.gpu, uuid=f.node.gpu_uuids[f.gpu])
         if f.xid is not None:

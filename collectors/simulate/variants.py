@@ -8,6 +8,8 @@ node pulls a 15 GB image for minutes. A variant (``<scenario>@<how>``) replays i
   after its onset, or 15 minutes after it. Every object that exists then arrives ADDED in the initial list
   (``Timeline.start_capture_at``); the metrics keep their history, as a Prometheus dump replayed beside it.
 * ``@running``: the watch and the metrics both start at minute 20, while every job runs (no history at all).
+* ``normal_life@pause`` / ``@pulling``: the watch (and, for ``@pause``, the metrics) start in the middle of a
+  checkpoint pause, or while a cold node pulls an image: normal life met at its most alarming-looking moment.
 * every capture variant names the gang object of a Kueue-managed gang ``<job>-pg`` (its pods carry that name
   in their pod-group label or annotation), so a job is never found by name equality.
 * ``healthy@slow_pull``: containers start 65-102 s after their pods are bound (a cold image pull) while the
@@ -29,7 +31,7 @@ from collectors.simulate.scenarios import MIN, SCENARIOS, Scenario, SimJob, dele
 class Variant:
     scenario: str
     text: str
-    capture: str | None = None  # before | onset | after | running
+    capture: str | None = None  # before | onset | after | running | pause | pulling
     metrics_history: bool = True
     pg_suffix: str | None = "-pg"
     slow_pull: bool = False
@@ -41,6 +43,12 @@ class Variant:
         """Seconds after the scenario start at which gangscope starts watching (None: from the start)."""
         if self.capture is None:
             return None
+        if self.capture == "pause":  # in the middle of a checkpoint pause (the second, 2.5 min long)
+            lo, hi = next(j.pauses for j in scn.jobs if j.pauses)[1]
+            return (lo + hi) / 2
+        if self.capture == "pulling":  # while a cold node pulls the image
+            j = next(j for j in scn.jobs if j.startup == "slow_pull")
+            return (j.placed or 0.0) + j.pull_s / 2
         onsets = [j.onset for j in scn.jobs if j.root_cause != "healthy" and j.onset is not None]
         first = min(onsets) if onsets else 20 * MIN
         return {"before": max(MIN, first - 2 * MIN), "onset": first + MIN, "after": first + 15 * MIN,
@@ -68,7 +76,7 @@ _POINTS = {"before": "capture starts 2 min before the first fault",
 VARIANTS: dict[str, Variant] = {
     f"{name}@{point}": Variant(name, f"{name}: {text}; metrics keep their history; PodGroups named <job>-pg",
                                capture=point)
-    for name in SCENARIOS if name not in ("healthy", "mixed") for point, text in _POINTS.items()
+    for name in SCENARIOS if name not in ("healthy", "normal_life", "mixed") for point, text in _POINTS.items()
 }
 VARIANTS.update({
     "healthy@running": Variant("healthy", "healthy: watch and metrics start at minute 20 while every job runs; "
@@ -78,6 +86,15 @@ VARIANTS.update({
                                             metrics_history=False),
     "healthy@slow_pull": Variant("healthy", "healthy: containers start 65-102 s after binding (cold image pull), "
                                  "coscheduling timeout 60 s", pg_suffix=None, slow_pull=True),
+    # Normal life met in the middle: while every job runs, in the middle of a checkpoint pause (throughput ~0, no
+    # history to compare it with), while a cold node pulls an image (ContainerCreating, Pulling).
+    "normal_life@running": Variant("normal_life", "normal_life: watch and metrics start at minute 20; PodGroups named "
+                                   "<job>-pg", capture="running", metrics_history=False),
+    "normal_life@pause": Variant("normal_life", "normal_life: watch and metrics start in the middle of a checkpoint "
+                                 "pause (throughput ~0 in the first samples)", capture="pause", metrics_history=False),
+    "normal_life@pulling": Variant("normal_life", "normal_life: watch starts while a cold node pulls an image "
+                                   "(ContainerCreating, a Pulling Event); metrics keep their history",
+                                   capture="pulling"),
 })
 
 

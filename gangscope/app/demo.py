@@ -17,7 +17,7 @@ from typing import Any
 from gangscope.config import Settings
 from gangscope.rootcauses import DIP_CLASSES, FAULTS, WAITING_CLASSES
 
-DEMO_NODES = 16
+DEMO_NODES = 20  # mixed: one job of every class
 DEMO_HOURS = 1.0
 DEMO_INTERVAL = 30.0  # dcgm-exporter's default collect interval: halves the demo's replay volume
 LIVE_SPEED = 20.0  # the simulated hour in 3 minutes
@@ -28,7 +28,7 @@ def register(groups, common) -> None:
     p = groups["root"].add_parser(
         "demo", parents=[common], help="whole chain on this machine: simulator, broker, pipeline, models, report",
         description="Run gangscope end to end with nothing but the package: start an embedded Kafka broker, "
-        "simulate a 16-node GPU cluster for an hour with faults injected (the 'mixed' scenario), replay it through "
+        "simulate a 20-node GPU cluster for an hour with faults injected (the 'mixed' scenario), replay it through "
         "the pipeline into the lake, build the models, print the diagnosis table, compare it with the injected "
         "truth and write an HTML report.",
     )

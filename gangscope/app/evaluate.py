@@ -45,6 +45,7 @@ class Scores:
     healthy_flagged: int = 0
     phantom_jobs: int = 0
     wrong: int = 0
+    stuck_called_healthy: int = 0  # jobs whose truth is a fault but whose primary finding is healthy
 
 
 def land_files(settings: config.Settings, k8s: list[str], metrics: list[str], batch: int = 2000) -> None:
@@ -132,11 +133,13 @@ def score(truth: dict[str, Any], rows: list[dict[str, Any]]) -> list[tuple[str, 
 
 def scores(outcomes: Iterable[Outcome], phantom_jobs: int = 0) -> Scores:
     """Precision/recall/F1 per class (classes with neither support nor predictions are left out of the macro F1);
-    ``healthy_flagged``: jobs healthy in truth with a non-healthy primary finding."""
+    ``healthy_flagged``: jobs healthy in truth with a non-healthy primary finding; ``stuck_called_healthy``: jobs
+    whose truth is a fault but whose primary finding is healthy (healthy is earned: CONTRACT section 4)."""
     out = list(outcomes)
     m: Counter[tuple[str, str]] = Counter((o.truth, o.predicted) for o in out)
     s = Scores(phantom_jobs=phantom_jobs, wrong=sum(o.truth != o.predicted for o in out),
-               healthy_flagged=sum(o.truth == "healthy" and o.predicted not in ("healthy", "missing") for o in out))
+               healthy_flagged=sum(o.truth == "healthy" and o.predicted not in ("healthy", "missing") for o in out),
+               stuck_called_healthy=sum(o.truth != "healthy" and o.predicted == "healthy" for o in out))
     for c in CLASSES:
         tp = m[(c, c)]
         fp = sum(v for (t, p), v in m.items() if p == c and t != c)
@@ -177,7 +180,8 @@ def render(outcomes: list[Outcome], s: Scores, runs: int) -> str:
         lines += ["", "misclassified:"]
         lines += [f"  {o.run}: {o.job}: truth={o.truth} predicted={o.predicted}" for o in wrong[:40]]
     lines += [f"runs: {runs}",
-              f"evaluate: macro_f1={s.macro_f1:.3f} healthy_flagged={s.healthy_flagged} phantom_jobs={s.phantom_jobs}"]
+              f"evaluate: macro_f1={s.macro_f1:.3f} healthy_flagged={s.healthy_flagged} phantom_jobs={s.phantom_jobs} "
+              f"stuck_called_healthy={s.stuck_called_healthy}"]
     return "\n".join(lines)
 
 
@@ -240,7 +244,8 @@ def register(groups: dict[str, Any], common: Any) -> None:
         description="Generate simulator scenarios and variants (first contact, slow pulls, Kubernetes 1.35 / 1.37 + "
         "Kueue v0.19 shapes), land each into a fresh lake, build the models and compare every job's primary finding "
         "with the ground truth. Prints a confusion matrix, per-class precision/recall, macro F1 per API shape, and "
-        "ends `evaluate: macro_f1=<f> healthy_flagged=<k> phantom_jobs=<p>`. Leaves --data alone: each run has "
+        "ends `evaluate: macro_f1=<f> healthy_flagged=<k> phantom_jobs=<p> stuck_called_healthy=<s>` (<s>: jobs "
+        "whose injected fault was called healthy). Leaves --data alone: each run has "
         "its own lake (kept with --keep).")
     p.add_argument("--scenarios", default="all", help="comma-separated scenario / variant names or globs, e.g. "
                    "'gang_assembly,*@k8s-1.37' (default: every scenario and variant)")

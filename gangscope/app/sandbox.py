@@ -22,7 +22,7 @@ def register(groups: dict[str, Any], common: Any) -> None:
     p.add_argument("--out", metavar="DIR", default="gangscope-sandbox", help="directory (default ./gangscope-sandbox)")
     p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second (default 1)")
     p.add_argument("--seed", type=int, default=1, help="simulator seed (default 1)")
-    p.add_argument("--nodes", type=int, default=16, help="GPU nodes of 8 GPUs (default 16)")
+    p.add_argument("--nodes", type=int, default=20, help="GPU nodes of 8 GPUs (default 20: mixed needs 20)")
     p.add_argument("--hours", type=float, default=1.0, help="simulated hours, at least 1 (default 1)")
     p.add_argument("--interval", type=float, default=15.0, help="simulated scrape interval in seconds (default 15)")
     p.add_argument("--port", type=int, default=0, help="loopback port of the API server (default: any free one)")

@@ -44,8 +44,8 @@ def sim_lakes(tmp_path_factory: pytest.TempPathFactory, broker) -> Callable[[str
                 "kafka": {"bootstrap_servers": broker.bootstrap, "topic_prefix": prefix, "partitions": 2},
                 "pipeline": {"group_id": f"{prefix}pipeline", "flush_seconds": 0.5, "idle_seconds": 3.0},
             }, environ={})
-            big = name.split("@")[0] in ("mixed", "gang_assembly")  # variants as their scenario
-            g = generate(name, base, seed=1, nodes=16 if big else 8, interval=30.0, subdir="scenario")
+            big = {"mixed": 20, "gang_assembly": 16}.get(name.split("@")[0], 8)  # variants as their scenario
+            g = generate(name, base, seed=1, nodes=big, interval=30.0, subdir="scenario")
             stats = replay(settings, [str(g.directory / "k8s.jsonl")], [str(g.directory / "metrics.prom")],
                            progress=None)
             assert stats.landed

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def chain(broker, tmp_path_factory):
-    """The `mixed` scenario (1 h, 16 nodes, 60 s scrapes) replayed through the embedded broker and modelled."""
+    """The `mixed` scenario (1 h, 20 nodes, 60 s scrapes) replayed through the embedded broker and modelled."""
     pytest.importorskip("collectors.simulate.cli")
     from gangscope.app.replay import replay
     from pipeline import models

@@ -74,7 +74,7 @@ def test_check_passes_on_the_sandbox(sandbox: Sandbox) -> None:
     assert "Volcano PodGroup scheduling.volcano.sh/v1beta1" in passed and "JobSet jobset.x-k8s.io/v1alpha2" in passed
     assert "rbac: list and watch allowed on all" in passed
     assert "kueue: Kueue v0.19.2" in passed and "granular admission reasons on" in passed
-    assert "topology: Topology default: all 16 GPU nodes carry its levels" in passed
+    assert "topology: Topology default: all 20 GPU nodes carry its levels" in passed
     assert f"exporters: dcgm-exporter: {sandbox.nodes} of {sandbox.nodes} answered" in passed
     assert "clock: API server clock" in passed  # the sandbox's clock, as gangscope.yaml configures gangscope's
     # The sandbox's dcgm-exporter serves the SM clock and NVLink: no line says they are missing.

@@ -15,17 +15,21 @@ def test_scores_per_class_macro_f1_and_healthy_flagged() -> None:
            Outcome("a@k8s-1.37/seed=1", "ns/j2", "gang_assembly", "admission_quota"),
            Outcome("a/seed=1", "ns/j3", "healthy", "gang_assembly"),  # a healthy job flagged
            Outcome("a/seed=1", "ns/j4", "healthy", "healthy"),
-           Outcome("a/seed=1", "ns/j5", "healthy", "missing")]  # not reported at all: not "flagged"
+           Outcome("a/seed=1", "ns/j5", "healthy", "missing"),  # not reported at all: not "flagged"
+           Outcome("b/seed=1", "ns/j6", "startup_failure", "healthy"),  # a fault called healthy
+           Outcome("b/seed=1", "ns/j7", "training_stalled", "missing")]  # missing is not "called healthy"
     s = scores(out, phantom_jobs=1)
     assert s.per_class["gang_assembly"] == (0.5, 0.5, 0.5, 2)
     assert s.per_class["admission_quota"] == (0.0, 0.0, 0.0, 0)
     p, r, f, n = s.per_class["healthy"]
-    assert (p, round(r, 3), round(f, 3), n) == (1.0, 0.333, 0.5, 3)
+    assert (p, round(r, 3), round(f, 3), n) == (0.5, 0.333, 0.4, 3)
+    assert s.per_class["startup_failure"] == (0.0, 0.0, 0.0, 1)
+    assert s.per_class["training_stalled"] == (0.0, 0.0, 0.0, 1)
     assert "gpu_fault" not in s.per_class  # neither support nor predictions: out of the macro F1
-    assert s.macro_f1 == pytest.approx((0.5 + 0.0 + 0.5) / 3)
-    assert (s.healthy_flagged, s.phantom_jobs, s.wrong) == (1, 1, 3)
+    assert s.macro_f1 == pytest.approx((0.5 + 0.0 + 0.4 + 0.0 + 0.0) / 5)
+    assert (s.healthy_flagged, s.phantom_jobs, s.wrong, s.stuck_called_healthy) == (1, 1, 5, 1)
     text = render(out, s, runs=2)
-    assert text.splitlines()[-1] == "evaluate: macro_f1=0.333 healthy_flagged=1 phantom_jobs=1"
+    assert text.splitlines()[-1] == "evaluate: macro_f1=0.180 healthy_flagged=1 phantom_jobs=1 stuck_called_healthy=1"
     assert "k8s-1.37" in text and "1.36" in text  # a macro F1 per API shape when several ran
     assert (family("gang_assembly@k8s-1.35/seed=1/nodes=16"), family("healthy@onset/seed=1")) == ("k8s-1.35", "1.36")
 
@@ -45,7 +49,7 @@ def test_evaluate_command_scores_a_135_variant(tmp_path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert rc == 0
     lines = out.splitlines()
-    assert lines[-1] == "evaluate: macro_f1=1.000 healthy_flagged=0 phantom_jobs=0"
+    assert lines[-1] == "evaluate: macro_f1=1.000 healthy_flagged=0 phantom_jobs=0 stuck_called_healthy=0"
     assert "runs: 1" in lines
     rows = {ln.split()[0]: ln.split()[1:] for ln in lines if ln.strip().startswith(("gang_assembly ", "healthy "))}
     assert rows["gang_assembly"][:3] == ["1.000", "1.000", "1.000"] and int(rows["gang_assembly"][3]) >= 3

@@ -124,3 +124,34 @@ def _node_ip(sb: Sandbox, node: str) -> str:
     with sb.api.cond:
         obj = sb.api.resources[("", "v1", "nodes")].objects[("", node)]
     return next(a["address"] for a in obj["status"]["addresses"] if a["type"] == "InternalIP")
+
+
+def test_sandbox_plays_the_issue_31_stories(tmp_path: Path) -> None:
+    """A crash-looping Job that fails, a restarting JobSet and a lost node's silent exporters, served live."""
+    sb = Sandbox(tmp_path, "workload_crash", speed=1.0, interval=30.0).start()
+    try:
+        sb.advance(36 * 60)  # past the OOM Job's failure and the JobSet's restart
+        with sb.api.cond:
+            jobs = {o["metadata"]["name"]: o for o in sb.api.resources[("batch", "v1", "jobs")].objects.values()}
+            jobsets = {o["metadata"]["name"]: o
+                       for o in sb.api.resources[("jobset.x-k8s.io", "v1alpha2", "jobsets")].objects.values()}
+        failed = next(c for c in jobs["moe-expert-ft"]["status"]["conditions"] if c["type"] == "Failed")
+        assert failed["reason"] == "BackoffLimitExceeded"
+        assert jobsets["llama-405b-pretrain"]["status"]["restarts"] == 1
+        assert jobs["llama-405b-pretrain-workers-0"]["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == "1"
+    finally:
+        sb.stop()
+    lost = Sandbox(tmp_path / "lost", "node_failure", speed=1.0, interval=30.0).start()
+    try:
+        truth = json.loads((lost.scenario_dir / "truth.json").read_text())
+        f = next(f for f in truth["faults"] if f["kind"] == "node_lost")
+        url = f"{lost.api.url}/exporters/dcgm-exporter/{_node_ip(lost, f['node'])}%3A9400/metrics"
+        lost.advance((_ms(f["onset"]) - lost.sim_origin.timestamp() * 1000) / 1000 - 60)
+        assert get(url)[0] == 200 and "DCGM_FI_DEV_SM_CLOCK{" in get(url)[1]
+        lost.advance(5 * 60)  # the node is gone: its exporter stopped answering
+        assert get(url)[0] == 503
+        with lost.api.cond:
+            node = lost.api.resources[("", "v1", "nodes")].objects[("", f["node"])]
+        assert next(c for c in node["status"]["conditions"] if c["type"] == "Ready")["status"] == "Unknown"
+    finally:
+        lost.stop()
