@@ -1,5 +1,5 @@
 """Simulator, issue 31: the failures beyond scheduling and interconnect and the normal life that must stay quiet,
-with every object shaped as the upstream components write it (tests/fixtures/field, copied from
+with every object shaped as the upstream components write it (tests/fixtures/reference/field, copied from
 shared/reference/field), watched live and as first seen in an initial list, and the telemetry telling the same
 story (SM clocks, clock-event fields where the exporter has them, pauses, hangs, counters, silent lost nodes)."""
 
@@ -20,7 +20,7 @@ from collectors.simulate import generate
 from gangscope.config import Thresholds
 from gangscope.records import parse_rfc3339
 
-FIELD = Path(__file__).resolve().parents[1] / "fixtures" / "field"
+FIELD = Path(__file__).resolve().parents[1] / "fixtures" / "reference" / "field"
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+) (\d{13})$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 NEW = ("startup_failure", "workload_crash", "node_failure", "gpu_throttle", "training_stalled", "normal_life")
