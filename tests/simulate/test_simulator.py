@@ -18,7 +18,8 @@ from gangscope.app.cli import main
 from gangscope.records import WATCH_TYPES, parse_rfc3339
 from gangscope.rootcauses import ROOT_CAUSES as CLASSES
 
-# Every DisruptionTarget (reason, message) the simulator writes: tests/fixtures/reference/field/pod_disruptiontarget-reasons.yaml
+# Every DisruptionTarget (reason, message) the simulator writes:
+# tests/fixtures/reference/field/pod_disruptiontarget-reasons.yaml
 DISRUPTIONS = {("PreemptionByScheduler", "default-scheduler: preempting to accommodate a higher priority pod"),
                ("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint"),
                ("EvictionByEvictionAPI", "Eviction API: evicting")}
