@@ -34,7 +34,8 @@
 -- column: deleted_at: when the last of the job's objects (pods, Workload, gang object) was deleted; NULL while
 --   any lives. For objects deleted while gangscope was not watching, the end of the list that found them gone
 -- column: state: queued, assembling, running, finished (every pod done, or every pod gone with nothing left to
---   wait for), deleted (pods, Workload and gang object all deleted)
+--   wait for, or the controller declared it done: Kueue Workload Finished, Job / JobSet failed or complete, with
+--   no pod running), deleted (pods, Workload and gang object all deleted)
 WITH wl AS (
     SELECT w.cluster, w.namespace, coalesce(w.owner_name, w.name) AS job, coalesce(w.owner_kind, 'Workload') AS job_kind,
            w.name AS workload, coalesce(w.cluster_queue, lq.cluster_queue) AS cluster_queue, w.queue_name, w.pod_count,
@@ -134,6 +135,20 @@ pods AS (
     LEFT JOIN (SELECT cluster, namespace, name AS pod, local_queue FROM staging.stg_pods) q USING (cluster, namespace, pod)
     GROUP BY cluster, namespace, job
 ),
+terminal AS (
+    -- The controller's word that a job is over: its Job / JobSet failed or completed (a JobSet's child Jobs do not
+    -- speak for it), or Kueue declared its Workload Finished.
+    SELECT cluster, namespace, name AS job, min(coalesce(failed_at, completed_at)) AS at
+    FROM staging.stg_job_objects
+    WHERE NOT deleted AND parent_jobset IS NULL AND (failed_at IS NOT NULL OR completed_at IS NOT NULL)
+    GROUP BY ALL
+    UNION ALL
+    SELECT w.cluster, w.namespace, w.job, min(c.transition_at)
+    FROM wl w JOIN staging.stg_workload_conditions c
+      ON c.cluster = w.cluster AND c.namespace = w.namespace AND c.workload = w.workload
+    WHERE c.type = 'Finished' AND c.status = 'True'
+    GROUP BY ALL
+),
 keys AS (
     SELECT cluster, namespace, job FROM pods
     UNION SELECT cluster, namespace, job FROM wl
@@ -166,6 +181,8 @@ j AS (
            greatest(w.last_seen_at, g.last_seen_at, p.last_seen) AS last_seen,
            w.required_topology,
            coalesce(w.preferred_topology, g.topology_key) AS preferred_topology,
+           EXISTS (SELECT 1 FROM terminal t WHERE t.cluster = k.cluster AND t.namespace = k.namespace
+                   AND t.job = k.job) AS terminal,
            CASE WHEN (w.job IS NULL OR w.deleted_at IS NOT NULL) AND (g.job IS NULL OR g.deleted)
                  AND (p.job IS NULL OR p.deleted_at IS NOT NULL)
                 THEN greatest(w.deleted_at, CASE WHEN g.deleted THEN g.last_seen_at END, p.deleted_at) END AS deleted_at
@@ -204,6 +221,7 @@ SELECT
         -- Every pod it had is gone and no Workload or gang object waits for more (e.g. a failed Job's pods deleted).
         WHEN pods = 0 AND workload IS NULL AND pod_group IS NULL THEN 'finished'
         WHEN deleted_at IS NOT NULL THEN 'deleted'
+        WHEN terminal AND pods_running = 0 THEN 'finished'
         WHEN pods = 0 AND workload IS NOT NULL THEN 'queued'
         WHEN multi_gang AND units_assembled_at IS NOT NULL AND pods_running > 0 THEN 'running'
         WHEN multi_gang THEN 'assembling'

@@ -6,6 +6,8 @@
 --                  for node_lost_s (pods on it serve nothing: by default the taint manager evicts them after 300 s);
 --   drain          the job's pods there were evicted through the Eviction API (DisruptionTarget EvictionByEvictionAPI:
 --                  kubectl drain, autoscalers), the node cordoned when it happened (no cordon: lower confidence);
+--                  for a pod gone before gangscope watched, the kubelet's Killing Event on a node cordoned then, the
+--                  pod named by its Job's SuccessfulCreate Event;
 --   node_ended     the kubelet or the pod garbage collector ended them: DisruptionTarget TerminationByKubelet /
 --                  DeletionByPodGC, pod status.reason Evicted (node pressure), Terminated / NodeShutdown (node shutdown),
 --                  NodeLost;
@@ -112,15 +114,43 @@ evicted AS (
       AND NOT EXISTS (SELECT 1 FROM not_ready n WHERE n.cluster = p.cluster AND n.namespace = p.namespace
                       AND n.job = p.job AND n.node = p.node)
 ),
+created AS (
+    -- The Job controller's record of each pod it made ("Created pod: <name>"), which outlives the pod: a pod gone
+    -- before gangscope watched still names its job (a JobSet's child Job speaks for its JobSet).
+    SELECT DISTINCT e.cluster, e.object_namespace AS namespace, coalesce(o.parent_jobset, e.object_name) AS job,
+           regexp_extract(e.message, '^Created pod: (.+)$', 1) AS pod
+    FROM staging.stg_events e
+    LEFT JOIN staging.stg_job_objects o
+      ON o.cluster = e.cluster AND o.namespace = e.object_namespace AND o.name = e.object_name
+    WHERE e.reason = 'SuccessfulCreate' AND e.object_kind = 'Job' AND e.message LIKE 'Created pod: %'
+),
+killed_unseen AS (
+    -- A pod gangscope never saw, its containers stopped by the kubelet (Killing) on a node cordoned at that moment:
+    -- a drain met in the middle of life, known from the Events that outlive the pod.
+    SELECT c.cluster, c.namespace, c.job, e.host AS node, 'drain' AS how, e.first_at AS ended_at,
+           'Killing' AS reason, e.message, true AS cordoned, c.pod, NULL::VARCHAR AS phase, true AS deleted
+    FROM staging.stg_events e
+    JOIN created c ON c.cluster = e.cluster AND c.namespace = e.object_namespace AND c.pod = e.object_name
+    WHERE e.object_kind = 'Pod' AND e.reason = 'Killing' AND e.host IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM staging.stg_pods p
+                      WHERE p.cluster = e.cluster AND p.namespace = e.object_namespace AND p.name = e.object_name)
+      AND EXISTS (SELECT 1 FROM cordons k WHERE k.cluster = e.cluster AND k.node = e.host
+                  AND k.from_at <= e.first_at + INTERVAL 1 MINUTE AND k.until_at >= e.first_at - INTERVAL 1 MINUTE)
+),
+ended_pods AS (
+    SELECT cluster, namespace, job, node, how, ended_at, coalesce(disruption_reason, status_reason) AS reason,
+           coalesce(disruption_message, status_message) AS message, cordoned, pod, phase, deleted
+    FROM evicted
+    UNION ALL
+    SELECT * FROM killed_unseen
+),
 ended_g AS (
     SELECT cluster, namespace, job, node, how, min(ended_at) AS lost_at,
-           arg_min(coalesce(disruption_reason, status_reason), ended_at) AS reason,
-           arg_min(coalesce(disruption_message, status_message), ended_at) AS message,
+           arg_min(reason, ended_at) AS reason, arg_min(message, ended_at) AS message,
            bool_or(cordoned) AS cordoned,
-           list({'pod': pod, 'phase': phase, 'reason': coalesce(disruption_reason, status_reason),
-                 'message': coalesce(disruption_message, status_message), 'at': ended_at, 'deleted': deleted}
-                ORDER BY pod) AS lost_pods
-    FROM evicted
+           list({'pod': pod, 'phase': phase, 'reason': reason, 'message': message, 'at': ended_at,
+                 'deleted': deleted} ORDER BY pod) AS lost_pods
+    FROM ended_pods
     GROUP BY cluster, namespace, job, node, how
 ),
 ended AS (

@@ -13,6 +13,7 @@
 -- column: first_at: first and last occurrence
 -- column: last_at: first and last occurrence
 -- column: count: occurrences (count / series.count / deprecatedCount)
+-- column: host: the node that reported it (source.host / reportingInstance of the kubelet; NULL for controllers)
 WITH latest AS (
     SELECT * FROM staging.stg_k8s_events
     WHERE kind = 'Event' AND event_type IN ('ADDED', 'MODIFIED')
@@ -41,5 +42,9 @@ SELECT
              TRY_CAST(object->>'$.eventTime' AS TIMESTAMPTZ),
              observed_at) AS last_at,
     coalesce(TRY_CAST(object->>'$.series.count' AS INTEGER), TRY_CAST(object->>'$.count' AS INTEGER),
-             TRY_CAST(object->>'$.deprecatedCount' AS INTEGER), 1) AS count
+             TRY_CAST(object->>'$.deprecatedCount' AS INTEGER), 1) AS count,
+    CASE WHEN coalesce(object->>'$.source.component', object->>'$.reportingController',
+                       object->>'$.reportingComponent') = 'kubelet'
+         THEN coalesce(object->>'$.source.host', object->>'$.reportingInstance',
+                       object->>'$.deprecatedSource.host') END AS host
 FROM latest

@@ -383,6 +383,69 @@ def _throttle_and_links(s: Story) -> None:
     ff.throughput(s, p, 3, END, lambda t: 600.0 if t >= 30 else 1000.0)
 
 
+def _oom_failed(s: Story) -> None:
+    """Kueue Job, OnFailure, backoffLimit 2: rank 0 OOMKilled at 30 and 36; at 42 the Job fails
+    (BackoffLimitExceeded), the controller deletes its pods (gone before CAPTURE) and Kueue finishes the Workload."""
+    job = ff.batch_job("oom-failed", 2, backoff_limit=2, completions=1)
+    s.add(2, job)
+    wl = ff.kueue_workload("oom-failed", 1.9, 2, 1)
+    s.add(1.9, wl)
+    p = running_pod(s, "oom-failed", 0, "f33", 2, restart_policy="OnFailure")
+    p["metadata"]["annotations"] = {"kueue.x-k8s.io/workload": wl["metadata"]["name"]}
+    for restarts, t in enumerate((30, 36), start=1):
+        s.emit(t, terminate(p, t, 137, "OOMKilled"))
+        last = p["status"]["containerStatuses"][0]["state"]["terminated"]
+        run(p, t + 0.3, restarts)
+        p["status"]["containerStatuses"][0]["lastState"] = {"terminated": last}
+        s.emit(t + 0.3, p)
+    failed = ref("job_backofflimit-exceeded.yaml", "Job")["status"]["conditions"]
+    job["status"] = {"failed": 0, "active": 0, "startTime": iso(2),
+                     "conditions": [dict(c, lastTransitionTime=iso(42), lastProbeTime=iso(42)) for c in failed]}
+    s.emit(42, job)
+    p["metadata"]["deletionTimestamp"] = iso(42.5)
+    p["metadata"]["deletionGracePeriodSeconds"] = 30
+    s.emit(42.05, p)
+    s.emit(42.6, p, "DELETED")
+    done = ref("kueue_workload-finished-failed.yaml", "Workload")["status"]["conditions"][0]
+    wl["status"]["conditions"].append(dict(done, lastTransitionTime=iso(42.7)))
+    s.emit(42.7, wl)
+
+
+def _drained_early(s: Story) -> None:
+    """f35 drained at 40: the job's pod there evicted and gone at 41 (before CAPTURE); its replacement stays Pending
+    (unschedulable). Met later, only the kubelet's Killing Event and the Job's SuccessfulCreate Events tell it."""
+    job = ff.batch_job("drained-early", 4)
+    s.add(4, job)
+    for i, n in enumerate(("f34", "f35")):
+        p = running_pod(s, "drained-early", i, n, 4)
+        s.add(4, {"apiVersion": "v1", "kind": "Event",
+                  "metadata": {"name": f"drained-early.create{i}", "namespace": NS},
+                  "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "name": "drained-early", "namespace": NS},
+                  "type": "Normal", "reason": "SuccessfulCreate", "message": f"Created pod: {p['metadata']['name']}",
+                  "source": {"component": "job-controller"}, "count": 1, "firstTimestamp": iso(4),
+                  "lastTimestamp": iso(4)})
+    n = node("f35", "rack-3")
+    n["spec"] = {"unschedulable": True, "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule",
+                                                    "timeAdded": iso(40)}]}
+    s.emit(40, n)
+    disruption = ref("node_drain-eviction.yaml", "Pod")["status"]["conditions"][0]
+    p["status"]["conditions"].append(dict(disruption, lastTransitionTime=iso(40.05)))
+    p["metadata"]["deletionTimestamp"] = iso(40.55)
+    p["metadata"]["deletionGracePeriodSeconds"] = 30
+    s.emit(40.05, p)
+    kill = next(d for d in ff.docs("node_drain-eviction.yaml") if d.get("reason") == "Killing")
+    s.add(40.06, pod_event(p, dict(kill, source={"component": "kubelet", "host": "f35"}), 40.06, 40.06, 1))
+    s.emit(41, terminate(p, 40.9, 143, "Error", "Failed"))
+    s.emit(41.1, p, "DELETED")
+    r = job_pod("drained-early", 1, 41.2)
+    r["metadata"]["name"] = "drained-early-1-z9y8x"
+    r["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                  "lastTransitionTime": iso(41.3),
+                                  "message": "0/35 nodes are available: 1 node(s) were unschedulable, 34 Insufficient "
+                                             "nvidia.com/gpu."}]
+    s.add(41.2, r)
+
+
 def _not_jobs(s: Story) -> None:
     """Node agents and services are not jobs: dcgm-exporter's DaemonSet pod, a controller's pod without GPUs."""
     from tests.sql.lakefix import pod
@@ -397,11 +460,11 @@ def _not_jobs(s: Story) -> None:
 
 def _story() -> Story:
     s = Story()
-    ff.setup(s, 32)
+    ff.setup(s, 35)
     for fn in (_image_pull, _config_error, _mount, _slow_pull, _ready_timeout, _oom_loop, _backoff_limit,
                _jobset_restarts, _finisher, _node_lost, _drained, _gpu_sick, _node_decoys, _throttled,
                _throttled_bits, _hot_gpu, _clock_blip, _hung, _vanished, _checkpointer, _xid_crash,
-               _throttle_and_links, _not_jobs):
+               _throttle_and_links, _oom_failed, _drained_early, _not_jobs):
         fn(s)
     s.add(END, node("f32", "rack-3"))  # the data's "now"
     return s
@@ -435,6 +498,7 @@ EXPECTED = {
     "throttled": "gpu_throttle", "throttle-bits": "gpu_throttle", "hot-gpu": "healthy",
     "clock-blip": "unexplained_slowdown", "hung": "training_stalled", "vanished": "training_stalled",
     "checkpointer": "healthy", "xid-crash": "gpu_fault", "throttle-ic": "interconnect_degradation",
+    "oom-failed": "workload_crash", "drained-early": "node_failure",
 }
 
 
@@ -529,6 +593,28 @@ def test_backoff_limit_names_the_rank_that_failed_first(built) -> None:
     assert ev["failures"] == 1  # rank 1's exit 143 came after its deletion: stopped, not crashed
     assert ev["controller"]["reason"] == "BackoffLimitExceeded" and ev["controller"]["kind"] == "Job"
     assert f["started_at"] == iso(25) and f["ended_at"] is None
+
+
+def test_failed_job_whose_pods_are_gone_is_a_crash_not_a_gang(built) -> None:
+    mode, con = built
+    rows = _rows(con)
+    f = rows[("oom-failed", "workload_crash")]
+    ev = f["evidence"]
+    assert ev["controller"]["reason"] == "BackoffLimitExceeded"
+    if mode == "watched":  # the pod was seen failing: its OOM kills
+        assert ev["first_failure"]["reason"] == "OOMKilled" and f["started_at"] == iso(30)
+    else:  # gone before the capture: the Job's own decision is all that is left
+        assert ev["first_failure"]["pod"] is None and f["started_at"] == iso(42)
+    assert con.execute("SELECT state FROM marts.jobs WHERE job = 'oom-failed'").fetchone()[0] == "finished"
+
+
+def test_drain_met_after_the_pod_is_gone(built) -> None:
+    mode, con = built
+    f = _rows(con)[("drained-early", "node_failure")]
+    loss = f["evidence"]["losses"][0]
+    assert loss["how"] == "drain" and loss["node"] == "f35" and loss["cordoned"] is True
+    assert loss["reason"] == ("EvictionByEvictionAPI" if mode == "watched" else "Killing")
+    assert f["started_at"] == iso(40.05 if mode == "watched" else 40.06)
 
 
 def test_jobset_that_reached_max_restarts(built) -> None:
