@@ -160,7 +160,12 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
 
         findings_topic = FindingsTopic(settings, bootstrap)
         outlet = FindingsOutlet(settings, findings_topic if settings.findings.topic else None)
-        builds = schedule.ModelBuilds(settings, outlet)
+        page = None
+        if telemetry is not None and settings.server.listen and settings.server.page:
+            from gangscope.app.page import LivePage, build_interval
+
+            page = LivePage(settings, build_interval(settings))
+        builds = schedule.ModelBuilds(settings, outlet, after=page.built if page is not None else None)
         scheduler = schedule.make_scheduler(schedule.default_jobs(settings, outlet, builds))
         publisher = receiver = None
         collectors_stop, pipeline_stop = threading.Event(), threading.Event()
@@ -191,6 +196,11 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
                     server.add_route("POST", path, handler, max_body_bytes=max_body)
                 log.debug("telemetry on http://%s (/metrics, /healthz%s)", settings.server.listen,
                           "".join(f", POST {p}" for p in routes))
+                if page is not None:
+                    page.start().mount(server)
+                    auth = " (asks for server.token / server.basic_auth)" if (
+                        settings.server.token or settings.server.basic_auth) else ""
+                    log.info("live page: %s/%s", server.url, auth)
             if publisher is not None:
                 for name in settings.collectors:
                     # The summary said an unreachable server once: the discovery's first failure is not said again.
@@ -237,6 +247,8 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
             if not scheduler.running or _shutdown_scheduler(scheduler, SCHEDULER_GRACE_S):
                 builds.close()  # not under a build still running past the grace
             findings_topic.close()
+            if page is not None:
+                page.close()
             if stop_server is not None:
                 stop_server()
             log.info("stopped")
