@@ -28,6 +28,7 @@ from reports.page_data import FLEET_HOURS, FleetView, JobView, Published
 from reports.report_html import CSS, fleet_section, step_html
 
 PAGE_CSS = """
+header,main{overflow-wrap:anywhere}
 header{border-bottom:2px solid #ccc;margin-bottom:8px}
 #fresh p{margin:4px 0}.behind{background:#fdecea;border-left:4px solid #b3261e;padding:6px 10px}
 .keeping{color:#1b6e3a}
@@ -84,7 +85,8 @@ def version(body: str) -> str:
 def _ago(now: float, t: float | None) -> str:
     if not t:
         return "never"
-    return f"{duration(max(0.0, now - t))} ago ({localtime.clock(datetime.fromtimestamp(t, UTC))})"
+    at = localtime.local(datetime.fromtimestamp(t, UTC))
+    return f"{duration(max(0.0, now - t))} ago ({at:%H:%M:%S} {'UTC' if localtime.name() == 'UTC' else f'{at:%Z}'})"
 
 
 def freshness(f: Freshness) -> str:
