@@ -269,5 +269,8 @@ def register(groups: dict[str, Any], common: Any) -> None:
         "optional webhook, compaction, retention) and the telemetry endpoint (`server.listen`: /metrics, /healthz). "
         "Stops cleanly on SIGTERM/SIGINT: collectors first, then the pipeline lands what was published, then the "
         "scheduler. Starts with one summary: the cluster and context, the kinds watched, the exporters found, the lake "
-        "and Kafka. Schedule specs: interval:SECONDS, cron:MIN HOUR DOM MON DOW (UTC), or off.")
+        "and Kafka. Schedule specs: interval:SECONDS, cron:MIN HOUR DOM MON DOW (UTC), or off. The live page is served "
+        "on server.listen too: / (open findings with their next step, resolved ones, the fleet) and "
+        "/jobs/NAMESPACE/JOB (the job's layered check), read-only, behind server.token / server.basic_auth when set "
+        "(docs/page.md).")
     p.set_defaults(handler=_handler)
