@@ -1,7 +1,7 @@
 """Benchmark: does the live page slow the pipeline or the builds? Landing and build times with the page open and
 loaded every second, against `gangscope run` without the page (``server.page: false``), in the same run.
 
-Each run is the sandbox (``mixed``, ``--hours`` of it at ``--speed``) with `gangscope run` (embedded broker,
+Each run is the sandbox (``mixed``, its first ``--minutes`` at ``--speed``) with `gangscope run` (embedded broker,
 builds every 3 s as the live tests run them). Without: no page at all (no reader thread). With: every second a
 client loads the overview (``/``), one job's page (cycling through the scenario's jobs) and one poll
 (``?live=1``), as a browser refreshing both would; ``--browser`` uses a real headless Chromium tab that reloads the
@@ -15,7 +15,7 @@ build_ratio=<r> requests=<n> page_p50_ms=<ms> page_p95_ms=<ms>``
 
 (ratios: with / without; 1.0 is no cost). The machine's load matters: figures are from one machine in one run.
 
-    .venv/bin/python bench/page.py [--rounds 1] [--hours 0.5] [--speed 20] [--browser]
+    .venv/bin/python bench/page.py [--rounds 1] [--minutes 30] [--speed 20] [--browser]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,8 @@ def _metrics(base: str) -> dict[str, float]:
 
 
 def run_once(page: bool, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    sb = Sandbox(work / "sandbox", "mixed", speed=args.speed, interval=30.0, hours=args.hours).start()
+    sb = Sandbox(work / "sandbox", "mixed", speed=args.speed, interval=30.0).start()
+    end = sb.sim_origin + timedelta(minutes=args.minutes)
     port = _port()
     base = f"http://127.0.0.1:{port}"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("GANGSCOPE_")},
@@ -125,10 +127,10 @@ def run_once(page: bool, args: argparse.Namespace, work: Path) -> dict[str, Any]
             extra = (work,) if args.browser else ()
             loader = threading.Thread(target=target, args=(base, jobs, stop, took, *extra), daemon=True)
             loader.start()
-        while not sb.finished:
+        while sb.now() < end:
             assert proc.poll() is None, log.read_text()[-2000:]
             time.sleep(1)
-        time.sleep(10)  # the last builds over the end of the scenario
+        time.sleep(10)  # the last builds over what was played
         m = _metrics(base)
     finally:
         stop.set()
@@ -149,7 +151,8 @@ def run_once(page: bool, args: argparse.Namespace, work: Path) -> dict[str, Any]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1, help="pairs of runs (default 1: without, then with)")
-    ap.add_argument("--hours", type=float, default=0.5, help="simulated hours per run (default 0.5)")
+    ap.add_argument("--minutes", type=float, default=30.0, help="simulated minutes per run (default 30: the "
+                    "mixed scenario's faults have begun)")
     ap.add_argument("--speed", type=float, default=20.0, help="sandbox speed (default 20)")
     ap.add_argument("--browser", action="store_true", help="load the page in headless Chromium, not an HTTP client")
     args = ap.parse_args()
