@@ -98,9 +98,11 @@ def diff(state: dict[str, dict[str, Any]], current: list[dict[str, Any]], now: d
             entry["state"] = "resolved"
             entry["finding"] = {**entry["finding"], "ended_at": at}
             emit(fid, "resolved", entry["finding"])
-    horizon = _rfc3339(now - KEEP_RESOLVED)
-    for fid in [fid for fid, e in state.items() if e["state"] == "resolved"
-                and (e["finding"].get("ended_at") or at) < horizon]:
+    # Forget resolved incidents after a week, once their resolution was published (in an earlier build) and
+    # Alertmanager took it: an old incident resolved only now still gets its resolved alert.
+    horizon, just = _rfc3339(now - KEEP_RESOLVED), {c["finding_id"] for c in changes}
+    for fid in [fid for fid, e in state.items() if e["state"] == "resolved" and fid not in just
+                and e.get("alert_state") in (None, "resolved") and (e["finding"].get("ended_at") or at) < horizon]:
         del state[fid]
     return changes
 
@@ -177,7 +179,13 @@ class FindingsOutlet:
                                      .findings.alert_resend_s) or e.get("alert_state") not in (None, e["state"])]
         if not due:
             return
-        body = [alert(state[fid], fid, self.settings, wall) for fid in due]
+        alerts = [alert(state[fid], fid, self.settings, wall) for fid in due]
+        # Alertmanager knows an alert by its labels: when a finding's labels changed (its severity), the alert
+        # sent under the old ones is resolved explicitly, or it would stay firing beside the new one.
+        now = _rfc3339(datetime.fromtimestamp(wall, UTC))
+        body = alerts + [{**a, "labels": state[fid]["alert_labels"], "startsAt": now, "endsAt": now}
+                         for fid, a in zip(due, alerts, strict=True)
+                         if state[fid].get("alert_labels") not in (None, a["labels"])]
         url = self.settings.findings.alertmanager_url.rstrip("/") + "/api/v2/alerts"  # type: ignore[union-attr]
         req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json", "User-Agent": "gangscope"})
@@ -189,9 +197,10 @@ class FindingsOutlet:
             for fid in due:
                 state[fid]["alert_state"] = "unsent"
             return
-        for fid in due:
+        for fid, a in zip(due, alerts, strict=True):
             state[fid]["alert_sent_at"] = wall
             state[fid]["alert_state"] = state[fid]["state"]
+            state[fid]["alert_labels"] = a["labels"]
 
 
 def publish_after_build(settings: Settings, outlet: FindingsOutlet, con: Any = None) -> list[dict[str, Any]]:

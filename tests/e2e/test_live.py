@@ -116,7 +116,9 @@ def test_live_sandbox_run_findings_alertmanager_restart(tmp_path: Path, broker: 
                 assert run.poll() is None, log.read_text()[-3000:]
                 time.sleep(1)
         watch_am()
-        at_end = {a["labels"]["finding_id"] for a in am.alerts() if a["labels"].get("alertname") == "GangscopeFinding"}
+        am_end = {a["labels"]["finding_id"]: a for a in am.alerts()
+                  if a["labels"].get("alertname") == "GangscopeFinding"}
+        at_end = set(am_end)
         final_api = {uid: rv for uid, rv in _api_versions(sb).items()}
         run.send_signal(signal.SIGTERM)
         assert run.wait(180) == 0, log.read_text()[-3000:]
@@ -193,7 +195,8 @@ def test_live_sandbox_run_findings_alertmanager_restart(tmp_path: Path, broker: 
         (key,) = [k for k, v in injected.items() if v == cause]
         (fid,) = ids[(*key, cause)]
         assert states[fid][0] == "opened" and states[fid][-1] == "resolved", (key, cause, states[fid])
-    assert not (healed & at_end)
+    assert not (healed & at_end), [(by_id[f]["job"], by_id[f]["root_cause"], states[f], am_end[f])
+                                   for f in healed & at_end]
     assert {fid for fid, e in final.items() if e["state"] == "open"} == at_end
 
     # Nothing lost across the kill: every record on Kafka landed once, and every object's last version is in.

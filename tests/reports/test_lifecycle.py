@@ -66,3 +66,33 @@ def test_resolved_findings_are_forgotten_after_a_week() -> None:
     diff(state, [f("a", "gpu_fault", ended="2026-11-01T00:30:00Z"), f("b", "gpu_fault")], NOW)
     diff(state, [f("b", "gpu_fault")], NOW + timedelta(days=8))
     assert [e["finding"]["job"] for e in state.values()] == ["b"]
+    # Resolved only now, though it ended long ago: kept for this build (its resolution is still to be sent to
+    # Alertmanager), forgotten at the next.
+    (done,) = diff(state, [f("b", "gpu_fault", ended="2026-11-01T00:30:00Z")], NOW + timedelta(days=8))
+    assert done["state"] == "resolved" and [e["finding"]["job"] for e in state.values()] == ["b"]
+    assert diff(state, [], NOW + timedelta(days=8)) == [] and state == {}
+
+
+def test_alertmanager_keeps_one_alert_per_finding_when_its_severity_changes(alertmanager_server, tmp_path) -> None:
+    """Alertmanager knows an alert by its labels; severity is one: the alert under the old severity is resolved
+    when the finding escalates, and nothing of the finding stays firing once it is resolved (a real
+    Alertmanager; a crash finding that escalated, then healed, stayed firing under its first severity)."""
+    from gangscope import config
+    from reports.lifecycle import FindingsOutlet
+
+    settings = config.load(overrides={"data": str(tmp_path), "findings": {
+        "alertmanager_url": alertmanager_server.url, "alert_ttl_s": 7200}}, environ={})
+    outlet = FindingsOutlet(settings)
+    job = f"sev-{tmp_path.name}"[:60]
+
+    def firing() -> list[tuple[str, str]]:
+        return sorted((a["labels"]["finding_id"], a["labels"]["severity"]) for a in alertmanager_server.alerts()
+                      if a["labels"].get("job") == job)
+
+    (opened,) = outlet.tick([f(job, "workload_crash", severity="warning")])
+    fid = opened["finding_id"]
+    assert firing() == [(fid, "warning")]
+    outlet.tick([f(job, "workload_crash", severity="critical")])
+    assert firing() == [(fid, "critical")]
+    outlet.tick([f(job, "workload_crash", severity="warning", ended="2026-11-01T00:40:00Z")])
+    assert firing() == []
