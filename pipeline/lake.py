@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -155,8 +156,8 @@ def retry(fn: Callable[[], T], attempts: int = 30, base_s: float = 0.05) -> T:
     raise AssertionError("unreachable")
 
 
-# What DuckDB says when the object store or the catalog server is away (httpfs after its own retries, libpq),
-# as met in tests/deploy/test_object_storage.py; a refusal (403, a missing bucket) is not among them.
+# What DuckDB says when the object store or the catalog server is away (httpfs after its own retries, libpq), as met in
+# tests/deploy/test_object_storage.py; a refusal (403, a missing bucket) is not among them.
 _UNAVAILABLE = ("connection refused", "could not establish connection", "unable to connect", "could not connect",
                 "connection reset", "connection was closed", "server closed the connection", "timed out", "timeout",
                 "terminating connection", "the database system is", "no connection to the server", "broken pipe",
@@ -165,11 +166,26 @@ _UNAVAILABLE = ("connection refused", "could not establish connection", "unable 
 OUTAGE_GIVE_UP_S = 900.0  # a writer waits out an outage this long, then fails (and its supervisor restarts it)
 
 
+_REFUSED = re.compile(r"http (?:code )?4\d\d|\(4\d\d\b|accessdenied|nosuchbucket|invalidaccesskeyid|"
+                      r"signaturedoesnotmatch|password authentication failed|does not exist")
+
+
 def is_unavailable(e: BaseException) -> bool:
-    """The lake's storage or catalog is unreachable for now (a retry later may work), not a refusal or a bug."""
-    if not isinstance(e, duckdb.IOException | duckdb.HTTPException | duckdb.ConnectionException):
+    """The lake's storage or catalog is unreachable for now (a retry later may work), not a refusal (HTTP 4xx: a
+    permission, a missing bucket; a wrong catalog password) or a bug.
+
+    By the text, whatever the class: DuckDB wraps the same outage in many (PostgreSQL restarted under a landing gave an
+    IOException, an InvalidInputException "Attempting to fetch from an unsuccessful query result ... terminating
+    connection", a BinderException "Failed to get data file list ... server closed the connection unexpectedly" and a
+    TransactionException "Failed to commit: Failed to execute query "ROLLBACK": " with no reason at all).
+    """
+    if not isinstance(e, duckdb.Error):
         return False
     text = str(e).lower()
+    if _REFUSED.search(text):
+        return False
+    if isinstance(e, duckdb.TransactionException) and "failed to commit" in text:
+        return True  # rolled back whole: running the transaction again is safe, a landing re-reads its offsets
     return any(s in text for s in _UNAVAILABLE)
 
 

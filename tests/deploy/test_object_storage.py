@@ -269,13 +269,13 @@ class Stream:
 
 
 def _kafka_positions(settings: config.Settings) -> dict[str, set[tuple[int, int]]]:
-    """Every (partition, offset) each topic holds, read back from Kafka (what was published and acknowledged)."""
+    """Every (partition, offset) each topic holds (by topic name), read back from Kafka: what was published."""
     bootstrap = settings.kafka.bootstrap_servers
     assert bootstrap
-    topics = pkafka.topics(settings)
-    parts = {TopicPartition(t, p) for t in topics.values() for p in range(settings.kafka.partitions)}
+    topics = list(pkafka.topics(settings).values())
+    parts = {TopicPartition(t, p) for t in topics for p in range(settings.kafka.partitions)}
     ends = consume.end_offsets(settings, bootstrap, parts)
-    out: dict[str, set[tuple[int, int]]] = {kind: set() for kind in topics}
+    out: dict[str, set[tuple[int, int]]] = {t: set() for t in topics}
     reader = pkafka.consumer(settings, bootstrap, group_id=None)
     try:
         reader.assign(sorted(parts))
@@ -284,8 +284,7 @@ def _kafka_positions(settings: config.Settings) -> dict[str, set[tuple[int, int]
         while any(reader.position(tp) < ends[(tp.topic, tp.partition)] for tp in parts):
             assert time.monotonic() < deadline, "could not read the topics back"
             for tp, recs in reader.poll(timeout_ms=500).items():
-                kind = next(k for k, t in topics.items() if t == tp.topic)
-                out[kind].update((r.partition, r.offset) for r in recs)
+                out[tp.topic].update((r.partition, r.offset) for r in recs)
     finally:
         reader.close()
     return out
@@ -317,11 +316,11 @@ def _exactly_once(con: duckdb.DuckDBPyConnection, sent: int, settings: config.Se
     if settings is None:
         return
     kafka = _kafka_positions(settings)
-    topics = pkafka.topics(settings)
-    for kind, table in (("k8s", "raw.k8s_objects"), ("metrics", "raw.scrapes")):
+    prefix = settings.kafka.topic_prefix
+    for kind, table in ((f"{prefix}k8s", "raw.k8s_objects"), (f"{prefix}metrics", "raw.scrapes")):
+        assert kind in kafka
         rows = con.execute(f"SELECT kafka_partition, kafka_offset FROM {table} UNION ALL "
-                           'SELECT "partition", "offset" FROM raw.dead_letters WHERE topic = ?', [topics[kind]]
-                           ).fetchall()
+                           'SELECT "partition", "offset" FROM raw.dead_letters WHERE topic = ?', [kind]).fetchall()
         assert len(rows) == len(set(rows)), f"{kind}: {len(rows) - len(set(rows))} positions landed twice"
         assert set(rows) == kafka[kind], (f"{kind}: {len(kafka[kind] - set(rows))} of {len(kafka[kind])} records "
                                           f"not landed, {len(set(rows) - kafka[kind])} landed that Kafka lacks")
@@ -553,13 +552,14 @@ def test_catalog_restarted_under_writers(tansu_broker, s3_server: S3Server, tmp_
 
 
 @pytest.mark.timeout(300)
-def test_a_bucket_without_write_permission_is_one_clear_error_at_start(s3_server: S3Server, pg_catalog: str,
-                                                                       home: Path, tmp_path: Path) -> None:
+def test_a_bucket_without_write_permission_is_one_clear_error_at_start(tansu_broker, s3_server: S3Server,
+                                                                       pg_catalog: str, home: Path,
+                                                                       tmp_path: Path) -> None:
     """Read-only credentials: `gangscope pipeline` and `gangscope run` each stop at once with one line naming the data
     path and what to fix (exit 2, a configuration error), not a traceback and not a start that fails later."""
     ro = home / "read-only"
     _secret(ro, s3_server, s3_server.reader)
-    settings = _lake_settings(tmp_path, s3_server, pg_catalog, bootstrap_servers="127.0.0.1:1")
+    settings = _lake_settings(tmp_path, s3_server, pg_catalog, bootstrap_servers=tansu_broker.bootstrap)
     env = _env(settings, tmp_path / "data", HOME=str(ro), GANGSCOPE_COLLECTORS="")
     for args in (["pipeline"], ["run"]):
         t0 = time.monotonic()

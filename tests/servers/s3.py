@@ -138,10 +138,11 @@ class S3Server:
         p = self.ports
         args = [str(weed), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={self.directory / 'data'}",
                 "-master.telemetry=false", f"-master.port={p['master']}", f"-master.port.grpc={p['master_grpc']}",
-                "-master.volumeSizeLimitMB=64", "-volume.max=0", f"-volume.port={p['volume']}",
-                f"-volume.port.grpc={p['volume_grpc']}", "-volume.preStopSeconds=0", "-filer",
-                f"-filer.port={p['filer']}", f"-filer.port.grpc={p['filer_grpc']}",
-                f"-filer.localSocket={self.directory / 'filer.sock'}", "-s3", f"-s3.port={p['s3']}",
+                "-master.volumeSizeLimitMB=64", "-master.electionTimeout=2s", "-volume.max=0",
+                f"-volume.port={p['volume']}", f"-volume.port.grpc={p['volume_grpc']}",
+                "-volume.preStopSeconds=0", "-filer", f"-filer.port={p['filer']}",
+                f"-filer.port.grpc={p['filer_grpc']}", f"-filer.localSocket={self.directory / 'filer.sock'}",
+                "-s3", f"-s3.port={p['s3']}",
                 f"-s3.port.grpc={p['s3_grpc']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
                 f"-s3.localSocket={self.directory / 's3.sock'}", f"-s3.config={self.directory / 's3.json'}"]
         log = open(self.directory / "weed.log", "ab")  # noqa: SIM115 - lives as long as the server
