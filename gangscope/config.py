@@ -149,7 +149,14 @@ class RetentionSettings:
 
 @dataclass
 class ServerSettings:
-    listen: str = "127.0.0.1:9108"  # gangscope's own /metrics and /healthz in `run`
+    listen: str = "127.0.0.1:9108"  # gangscope's own /metrics and /healthz in `run`, and the live page
+    page: bool = True  # the live page (/ and /jobs/NAMESPACE/JOB) on the same server; docs/page.md
+    # The page asks for either credential when one is set (from a Secret: GANGSCOPE_SERVER_TOKEN,
+    # GANGSCOPE_SERVER_BASIC_AUTH); /metrics and /healthz stay open for probes and Prometheus. Never logged.
+    token: str | None = None  # Authorization: Bearer <token>
+    basic_auth: str | None = None  # USER:PASSWORD, Authorization: Basic
+    page_poll_s: float = 5.0  # how often an open page asks whether anything changed
+    page_resolved_hours: float = 6.0  # resolved findings shown for this long after they ended
 
 
 @dataclass
@@ -403,6 +410,10 @@ def _validate(s: Settings) -> None:
                           "between two sends")
     if s.clock.speed <= 0:
         raise ConfigError("clock.speed: must be positive")
+    if s.server.basic_auth and ":" not in s.server.basic_auth:
+        raise ConfigError("server.basic_auth: expected USER:PASSWORD")  # never the value: it is a credential
+    if s.server.page_poll_s < 1:
+        raise ConfigError(f"server.page_poll_s: must be at least 1, got {s.server.page_poll_s!r}")
     for c in s.collectors or []:
         if c not in COLLECTORS:
             raise ConfigError(f"collectors: unknown collector {c!r} (known: {', '.join(COLLECTORS)})")

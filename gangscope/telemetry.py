@@ -103,6 +103,13 @@ MODEL_BUILD_FAILURES = Counter(
 LAST_REPORT = Gauge(
     "gangscope_last_report_timestamp_seconds", "Unix time the last report was written.", registry=REGISTRY
 )
+LAST_BUILD = Gauge(
+    "gangscope_last_model_build_timestamp_seconds", "Unix time the last model build succeeded.", registry=REGISTRY
+)
+LAST_LANDING = Gauge(
+    "gangscope_last_landing_timestamp_seconds", "Unix time the pipeline last committed records to the lake.",
+    registry=REGISTRY,
+)
 FINDINGS_ACTIVE = Gauge(
     "gangscope_findings_active", "Findings open now (opened or updated, not resolved).", ["root_cause", "severity"],
     registry=REGISTRY,
@@ -125,7 +132,10 @@ def batch_landed(records: Iterable[Sequence[Any]], dead: Iterable[Sequence[Any]]
     ``dead`` as (record, reason), ``seconds`` the batch's decode + write time."""
     if seconds is not None:
         BATCH_SECONDS.observe(seconds)
-    for topic, n in collections.Counter(r[0] for r in records).items():
+    landed = collections.Counter(r[0] for r in records)
+    if landed:
+        LAST_LANDING.set(time.time())
+    for topic, n in landed.items():
         RECORDS_LANDED.labels(topic).inc(n)
     for topic, n in collections.Counter(d[0][0] for d in dead).items():
         DEAD_LETTERS.labels(topic).inc(n)
@@ -309,7 +319,8 @@ class Limits:
 
 
 # A route: (request body, headers) -> (status, content type or response headers, body). Runs in a worker
-# thread. Header names are looked up case-insensitively (the remote-write receiver asks for "Content-Type").
+# thread. Header names are looked up case-insensitively (the remote-write receiver asks for "Content-Type");
+# the headers also carry the request's ``path`` and ``query`` (raw, still percent-encoded).
 Route = Callable[[bytes, Any], tuple[int, "str | dict[str, str]", bytes]]
 _REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             408: "Request Timeout", 411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
@@ -318,7 +329,11 @@ _REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 404: "Not Found", 
 
 
 class _Headers(dict[str, str]):
-    """Request headers keyed by lower-cased name; ``get`` and ``[]`` take any case."""
+    """Request headers keyed by lower-cased name; ``get`` and ``[]`` take any case. ``path`` and ``query`` are
+    the request target's (raw)."""
+
+    path = ""
+    query = ""
 
     def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
         return super().get(key.lower(), default)
@@ -333,12 +348,14 @@ class _Headers(dict[str, str]):
 class Server:
     """A running telemetry endpoint (asyncio, one thread); call it (or ``.stop()``) to shut it down.
 
-    ``add_route(method, path, fn)`` mounts another route under the same limits (e.g. a POST receiver).
+    ``add_route(method, path, fn)`` mounts another route under the same limits (e.g. a POST receiver);
+    ``prefix=True`` makes it answer every path under ``path`` (the live page's ``/jobs/...``).
     """
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry, limits: Limits) -> None:
         self.limits = limits
         self._max_body: dict[tuple[str, str], int] = {}
+        self._prefixes: list[tuple[str, str]] = []  # (method, path prefix) of the prefix routes
         self.routes: dict[tuple[str, str], Route] = {
             ("GET", "/metrics"): lambda body, headers: (200, CONTENT_TYPE_LATEST, generate_latest(registry)),
             ("GET", "/healthz"): _healthz,
@@ -377,12 +394,22 @@ class Server:
         host = f"[{self.host}]" if ":" in str(self.host) else self.host
         return f"http://{host}:{self.port}"
 
-    def add_route(self, method: str, path: str, route: Route, max_body_bytes: int | None = None) -> None:
+    def add_route(self, method: str, path: str, route: Route, max_body_bytes: int | None = None,
+                  prefix: bool = False) -> None:
         """Mount ``route``; ``max_body_bytes`` overrides ``limits.max_body_bytes`` for it (a remote-write
-        receiver takes bodies up to its own configured limit)."""
+        receiver takes bodies up to its own configured limit); ``prefix``: also every path under ``path``."""
         self.routes[(method.upper(), path)] = route
         if max_body_bytes is not None:
             self._max_body[(method.upper(), path)] = max_body_bytes
+        if prefix:
+            self._prefixes.append((method.upper(), path))
+            self._prefixes.sort(key=lambda mp: -len(mp[1]))  # the longest prefix wins
+
+    def _match(self, method: str, path: str) -> tuple[str, str] | None:
+        """The route key answering ``method path``: the exact path, else the longest prefix route."""
+        if (method, path) in self.routes:
+            return method, path
+        return next(((m, p) for m, p in self._prefixes if m == method and path.startswith(p)), None)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -432,17 +459,20 @@ class Server:
         parts = lines[0].split()
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
             return 400, text, b"bad request line\n"
-        method, path = parts[0].upper(), parts[1].split("?", 1)[0]
+        method, (path, _, query) = parts[0].upper(), parts[1].partition("?")
         headers = _Headers({k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)})
-        route = self.routes.get((method, path))
-        if route is None:
-            if any(p == path for _, p in self.routes):
-                return 405, text, b"method not allowed\n"
+        headers.path, headers.query = path, query
+        key = self._match(method, path)
+        if key is None:
+            if any(self._match(m, path) for m in {m for m, _ in self.routes}):
+                return 405, {"Content-Type": text, "Allow": ", ".join(sorted(
+                    m for m in {m for m, _ in self.routes} if self._match(m, path)))}, b"method not allowed\n"
             return 404, text, b"not found: try /metrics or /healthz\n"
+        route = self.routes[key]
         length = headers.get("content-length", "0")
         if not length.isdigit():
             return 400, text, b"bad Content-Length\n"
-        max_body = self._max_body.get((method, path), self.limits.max_body_bytes)
+        max_body = self._max_body.get(key, self.limits.max_body_bytes)
         if int(length) > max_body:
             return 413, text, f"body over {max_body} bytes\n".encode()
         body = b""

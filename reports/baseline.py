@@ -20,10 +20,9 @@ import duckdb
 
 from gangscope.config import Settings
 from gangscope.errors import UserError
+from gangscope.rootcauses import precedence
 
 FORMAT_VERSION = 1
-_PRECEDENCE = ("gpu_fault", "interconnect_degradation", "preemption", "admission_quota", "admission_topology",
-               "gang_assembly", "topology_misplacement", "unexplained_slowdown", "healthy")
 # Per-job fields compare sets side by side (what moved and what differs); times and nodes are context.
 JOB_FIELDS = ("api", "queue", "gang", "gang_size", "group_timeout_s", "placement_level", "placement_domains",
               "root_cause")
@@ -175,7 +174,7 @@ def compute(con: duckdb.DuckDBPyConnection, cluster: str, since: datetime | None
             "group_timeout_s": j.get("group_timeout_s"), "placement_level": j.get("placement_level"),
             "placement_domains": j.get("placement_domains"), "nodes": list(j.get("nodes") or []),
             "gang_assembly_s": j.get("gang_assembly_s"), "admission_wait_s": j.get("admission_wait_s"),
-            "root_cause": next((f["root_cause"] for f in sorted(findings, key=lambda f: _PRECEDENCE.index(
+            "root_cause": next((f["root_cause"] for f in sorted(findings, key=lambda f: precedence(
                 f["root_cause"])) if (f["namespace"], f["job"]) == (j["namespace"], j["job"])), "healthy"),
         } for j in sorted(jobs, key=lambda j: (j["namespace"], j["job"]))},
     }

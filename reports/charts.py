@@ -161,13 +161,13 @@ def time_chart(panels: list[Panel], bands: list[Band] | None = None, markers: li
                         f'stroke-width="{1.6 if s.dashed else 2}"{dash}><title>{esc(s.name)}</title></polyline>')
         y = py + panel_h
     bottom = y
-    for m in markers:
+    for i, m in enumerate(markers):  # labels one under the other: markers close in time would print over each other
         mx = x(m.at.timestamp())
         body.append(f'<line x1="{mx:.1f}" y1="{top_of_plots}" x2="{mx:.1f}" y2="{bottom}" stroke="#000" '
                     f'stroke-width="1.5" stroke-dasharray="5,3"><title>{esc(m.label)}</title></line>')
         anchor = "end" if mx > left + plot_w * 0.6 else "start"
-        body.append(f'<text x="{mx + (-3 if anchor == "end" else 3):.1f}" y="{(first_py or top_of_plots) + fs + 2}" '
-                    f'font-size="{fs}" '
+        ly = (first_py or top_of_plots) + (i + 1) * (fs + 2)
+        body.append(f'<text x="{mx + (-3 if anchor == "end" else 3):.1f}" y="{ly}" font-size="{fs}" '
                     f'text-anchor="{anchor}" font-weight="bold">{esc(m.label)}</text>')
     ticks = 3 if narrow else 5
     for i in range(ticks):

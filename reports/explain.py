@@ -289,19 +289,40 @@ def _gpus(con: duckdb.DuckDBPyConnection, key: tuple[str, str, str], ij: dict[st
 
 # --- output -------------------------------------------------------------------------------------------------
 
-def to_text(e: Explanation) -> str:
-    from reports.terminal import terminal_safe
-
+def facts_line(e: Explanation) -> str:
+    """What the job is now, in one line: state, pods running, GPUs, nodes, Workload."""
     f = e.job_facts
-    head = f"{e.namespace}/{e.job}" + (f" ({e.job_kind})" if e.job_kind else "")
     what = [f"state {e.state}" if e.state else None,
             f"{f.get('pods_running', '?')}/{f.get('gang_size') or f.get('pods', '?')} pods running"
             if f.get("pods") is not None else None,
             f"{number(f['gpus'])} GPUs" if f.get("gpus") else None,
             f"on {', '.join(map(str, f['nodes']))}" if f.get("nodes") else None,
             f"Workload {f['workload']}" if f.get("workload") else None]
-    out = [f"{head}: " + ", ".join(w for w in what if w)]
-    out.append(f"verdict: {e.primary}" + (f": {e.summary}" if e.summary else ""))
+    return ", ".join(w for w in what if w)
+
+
+def verdict_line(e: Explanation) -> str:
+    return f"verdict: {e.primary}" + (f": {e.summary}" if e.summary else "")
+
+
+def finding_line(x: dict[str, Any]) -> str:
+    """One finding's class, severity, span, layer and nodes."""
+    layer = CLASS_LAYER.get(x["root_cause"])
+    return (f"{x['root_cause']} ({x['severity']}) from {x['started_at']} to {x['ended_at'] or 'now'}"
+            + (f", layer {dict(LAYERS)[layer]}" if layer else "")
+            + (f", nodes {', '.join(x['nodes'])}" if x.get("nodes") else ""))
+
+
+def no_finding_line(e: Explanation) -> str:
+    return "no finding: " + next((x["summary"] for x in e.findings if x.get("summary")), "nothing wrong seen")
+
+
+def to_text(e: Explanation) -> str:
+    from reports.terminal import terminal_safe
+
+    head = f"{e.namespace}/{e.job}" + (f" ({e.job_kind})" if e.job_kind else "")
+    out = [f"{head}: " + facts_line(e)]
+    out.append(verdict_line(e))
     out.append("")
     width = max(len(t) for _, t in LAYERS)
     for i, layer in enumerate(e.layers, 1):
@@ -309,10 +330,7 @@ def to_text(e: Explanation) -> str:
     flagged = [x for x in e.findings if x["root_cause"] != "healthy"]
     for x in flagged:
         out.append("")
-        layer = CLASS_LAYER.get(x["root_cause"])
-        out.append(f"finding: {x['root_cause']} ({x['severity']}) from {x['started_at']} "
-                   f"to {x['ended_at'] or 'now'}" + (f", layer {dict(LAYERS)[layer]}" if layer else "")
-                   + (f", nodes {', '.join(x['nodes'])}" if x.get("nodes") else ""))
+        out.append(f"finding: {finding_line(x)}")
         out.append(f"  {x['summary']}")
         for s in x.get("evidence_text") or []:
             out.append(f"  - {s}")
@@ -323,5 +341,5 @@ def to_text(e: Explanation) -> str:
                 out.append(f"    $ {step['act']}")
     if not flagged:
         out.append("")
-        out.append("no finding: " + next((x["summary"] for x in e.findings if x.get("summary")), "nothing wrong seen"))
+        out.append(no_finding_line(e))
     return "\n".join(terminal_safe(line.rstrip()) for line in out)

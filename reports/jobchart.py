@@ -134,9 +134,41 @@ def _worst_node(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: di
     return charts.Panel("bandwidth", "GB/s", series), text
 
 
+def _gpus(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: dict[str, Any], t0: datetime,
+          t1: datetime) -> tuple[charts.Panel | None, str, list[charts.Marker]]:
+    """Utilisation of the GPUs on the job's nodes (mean and the lowest GPU, per minute), and its GPU faults as
+    markers (``int_gpu_minutes``, ``int_gpu_faults``)."""
+    nodes = [str(n) for n in list(finding.get("nodes") or job.get("nodes") or [])[:16]]
+    if not nodes:
+        return None, "", []
+    panel, text = None, ""
+    if columns(con, "intermediate", "int_gpu_minutes"):
+        got = con.execute(
+            "SELECT ts, avg(gpu_util), min(gpu_util) FROM intermediate.int_gpu_minutes WHERE list_contains(?, node) "
+            "AND ts BETWEEN ? AND ? AND gpu_util IS NOT NULL GROUP BY ts ORDER BY ts", [nodes, t0, t1]).fetchall()
+        if got:
+            panel = charts.Panel("GPU utilisation", "%", [
+                charts.Series("mean of its GPUs", [(as_dt(t), float(m)) for t, m, _ in got]),
+                charts.Series("lowest GPU", [(as_dt(t), float(lo)) for t, _, lo in got], dashed=True)])
+            low_t, _, low_v = min(got, key=lambda r: r[2])
+            text = (f"GPU utilisation on its nodes: mean {median(float(m) for _, m, _ in got):.0f} %, lowest GPU "
+                    f"{float(low_v):.0f} % at {localtime.clock(as_dt(low_t))}")
+    markers = []
+    if columns(con, "intermediate", "int_gpu_faults"):
+        for node, gpu, kind, code, at in con.execute(
+                "SELECT node, gpu, kind, code, min(started_at) FROM intermediate.int_gpu_faults WHERE "
+                "list_contains(?, node) AND started_at BETWEEN ? AND ? GROUP BY ALL ORDER BY 5 LIMIT 4",
+                [nodes, t0, t1]).fetchall():
+            what = f"XID {code}" if kind == "xid" and code is not None else str(kind).replace("_", " ")
+            markers.append(charts.Marker(f"{what} {node}/{gpu}", as_dt(at)))
+    return panel, text, markers
+
+
 def job_chart(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: dict[str, Any],
-              preemptions: list[dict[str, Any]], uid: str) -> JobChart:
-    """The chart of one finding's job, in both widths, with its text alternative."""
+              preemptions: list[dict[str, Any]], uid: str, window: tuple[datetime, datetime] | None = None,
+              gpus: bool = False) -> JobChart:
+    """The chart of one finding's job, in both widths, with its text alternative; ``window`` overrides the time
+    span (a job without a finding: its life up to the data's end), ``gpus`` adds its GPUs' utilisation and faults."""
     onset = as_dt(finding.get("started_at"))
     ended = as_dt(finding.get("ended_at"))
     anchor = onset or datetime.now(UTC)
@@ -144,6 +176,8 @@ def job_chart(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: dict
     t0 = max(min(anchor - timedelta(minutes=30), created or anchor), anchor - timedelta(days=1))
     # An ongoing finding is charted up to its latest data (at most 6 h past the onset).
     t1 = ended + timedelta(minutes=15) if ended else anchor + timedelta(hours=6)
+    if window is not None:
+        t0, t1 = window
     key = [finding.get("cluster"), finding.get("namespace"), finding.get("job")]
     panels: list[charts.Panel] = []
     parts: list[str] = []
@@ -162,6 +196,13 @@ def job_chart(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: dict
     if bw:
         panels.append(bw)
         parts.append(bw_text)
+    faults: list[charts.Marker] = []
+    if gpus:
+        gp, gp_text, faults = _gpus(con, finding, job, t0, t1)
+        if gp:
+            panels.append(gp)
+            parts.append(gp_text)
+        parts += [f"{m.label} at {localtime.clock(m.at)}" for m in faults]
     as_of = memo(con, ("as_of", finding.get("cluster")), lambda: con.execute(
         "SELECT max(as_of) FROM intermediate.int_as_of WHERE cluster = ?", [finding.get("cluster")]).fetchone()[0]
         if columns(con, "intermediate", "int_as_of") else None)
@@ -170,7 +211,7 @@ def job_chart(con: duckdb.DuckDBPyConnection, finding: dict[str, Any], job: dict
     lanes = _lanes(con, finding, job, preemptions, min(data_end, t1))
     if lanes:
         parts.append("layers: " + ", ".join(f"{b.label} {localtime.hm(b.start)}-{localtime.hm(b.end)}" for b in lanes))
-    markers = [charts.Marker(f"onset {localtime.hm(onset)}", onset)] if onset else []
+    markers = ([charts.Marker(f"onset {localtime.hm(onset)}", onset)] if onset else []) + faults
     if onset:
         parts.append(f"onset of {finding.get('root_cause')} at {localtime.stamp(onset)}")
     title = f"{finding.get('namespace')}/{finding.get('job')}: time line"

@@ -654,7 +654,11 @@ def _startup(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
                              f"{k.get('message')}) and requeues it: it will fail the same way until fixed.")
     check = f"kubectl describe pod -n {q(ns)} {q(pod)}" if pod else _wl_condition(f, "Evicted")
     text = f"{reason} {msg}".lower()
-    if "image" in text or "pull" in text:
+    if "registry is unavailable" in text or "registryunavailable" in text:
+        registry = str(image or "").split("/", 1)[0] or "the registry"
+        action = (f"The registry {registry} does not answer the node: check the registry and the node's network path "
+                  "to it (DNS, proxy, firewall); the kubelet retries the pull by itself once it answers.")
+    elif "image" in text or "pull" in text:
         action = (f"Fix the image reference {image or ''} (name, tag, registry) or the pull secret "
                   f"(imagePullSecrets of the pod or its ServiceAccount) so the node can pull it.")
         if pod:

@@ -16,6 +16,7 @@ from typing import Any
 
 from reports import charts, localtime
 from reports.charts import esc
+from reports.fleet import Fleet
 from reports.nextsteps import number
 from reports.report_data import CLASS_COLOURS, SEVERITY_ORDER, JobSection, ReportData
 
@@ -79,7 +80,7 @@ def table(cols: list[str], rows: list[tuple[Any, ...]], stack: bool = False, cap
     return t if stack else f'<div class="scroll">{t}</div>'
 
 
-def _both(fn: Any, uid: str, **kw: Any) -> str:
+def both(fn: Any, uid: str, **kw: Any) -> str:
     """A chart drawn for a desktop and for a phone; CSS shows one."""
     return (f'<div class="wide-only">{fn(**kw, uid=uid + "w")}</div>'
             f'<div class="narrow-only">{fn(**kw, width=340, narrow=True, uid=uid + "n")}</div>')
@@ -87,10 +88,8 @@ def _both(fn: Any, uid: str, **kw: Any) -> str:
 
 def _fleet(data: ReportData) -> list[str]:
     fl = data.fleet
-    h = ['<section id="fleet"><h2>Fleet: GPU-hours lost</h2>']
     if not fl.built:
-        h.append("<p>model not built yet</p></section>")
-        return h
+        return ['<section id="fleet"><h2>Fleet: GPU-hours lost</h2>', "<p>model not built yet</p></section>"]
     total = f"{fl.total:,.1f}"
     if fl.previous is not None:
         prev = sum(fl.previous.values())
@@ -99,16 +98,23 @@ def _fleet(data: ReportData) -> list[str]:
                  f"GPU-hours</span> against the previous report ({esc(fmt(fl.previous_at))}: {prev:,.1f}).")
     else:
         trend = " No previous report to compare with."
-    h.append(f"<p><b>{total} GPU-hours</b> lost to {len(data.flagged)} finding(s).{trend}</p>")
+    return fleet_section(fl, f"<p><b>{total} GPU-hours</b> lost to {len(data.flagged)} finding(s).{trend}</p>")
+
+
+def fleet_section(fl: Fleet, intro: str, heading: str = "Fleet: GPU-hours lost", changes: bool = True) -> list[str]:
+    """GPU-hours lost by root cause (chart and table, with the change against the previous report when
+    ``changes``), nodes ranked by faults, ClusterQueues ranked by wait: the report's fleet view, and the live
+    page's. ``intro`` is HTML the caller escaped."""
+    h = [f'<section id="fleet"><h2>{esc(heading)}</h2>', intro]
     if fl.lost:
         items = [(cause, hours) for cause, _, hours in fl.lost]
-        h.append(_both(charts.bar_chart, items=items, title="GPU-hours lost by root cause", unit="GPU-hours",
-                       colours=CLASS_COLOURS, category="root cause", uid="fleet",
-                       desc="; ".join(f"{c}: {v:,.1f} GPU-hours" for c, v in items)))
-        rows = [(f"{cause} ({how})", f"{hours:,.1f}",
-                 f"{fl.change(cause):+,.1f}" if fl.previous is not None else "–")
+        h.append(both(charts.bar_chart, items=items, title="GPU-hours lost by root cause", unit="GPU-hours",
+                      colours=CLASS_COLOURS, category="root cause", uid="fleet",
+                      desc="; ".join(f"{c}: {v:,.1f} GPU-hours" for c, v in items)))
+        rows = [(f"{cause} ({how})", f"{hours:,.1f}", *([f"{fl.change(cause):+,.1f}" if fl.previous is not None
+                                                        else "–"] if changes else []))
                 for cause, how, hours in fl.lost]
-        h.append(table(["root cause (how)", "GPU-hours", "change"], rows))
+        h.append(table(["root cause (how)", "GPU-hours", *(["change"] if changes else [])], rows))
     h.append("<h3>Nodes ranked by faults</h3>")
     h.append(table(["node", "what went wrong", "trouble score"], [(n, w, s) for n, w, s in fl.nodes], stack=True)
              if fl.nodes else "<p>No node shows a fault.</p>")
@@ -129,6 +135,13 @@ def _minutes(s: Any) -> str:
     return number(float(s) / 60) if isinstance(s, int | float) else "–"
 
 
+def step_html(action: Any, check: Any, act: Any = None, first: bool = True) -> str:
+    """A next step: what to do, the kubectl command that shows the evidence, and the one that acts (if any)."""
+    return (f'<div class="next"><b>{"Next step" if first else "Also"}:</b> {esc(action)}'
+            f'<pre aria-label="command that shows the evidence">$ {esc(check)}</pre>'
+            + (f'<pre aria-label="command that acts">$ {esc(act)}</pre>' if act else "") + "</div>")
+
+
 def _job(s: JobSection, i: int) -> list[str]:
     f = s.finding
     sev = str(f.get("severity") or "info")
@@ -137,9 +150,7 @@ def _job(s: JobSection, i: int) -> list[str]:
          f"{esc(f.get('namespace'))}/{esc(f.get('job'))}: {esc(f.get('root_cause'))}</h3>",
          f"<p>{esc(f.get('summary'))}</p>"]
     for i, step in enumerate(s.explained.steps):
-        h.append(f'<div class="next"><b>{"Next step" if i == 0 else "Also"}:</b> {esc(step.action)}'
-                 f'<pre aria-label="command that shows the evidence">$ {esc(step.check)}</pre>'
-                 + (f'<pre aria-label="command that acts">$ {esc(step.act)}</pre>' if step.act else "") + "</div>")
+        h.append(step_html(step.action, step.check, step.act, first=i == 0))
     if s.explained.sentences:
         h.append("<h4>What happened</h4><ul>" + "".join(f"<li>{esc(x)}</li>" for x in s.explained.sentences)
                  + "</ul>")
@@ -191,7 +202,7 @@ def _render(data: ReportData) -> str:
         h.append("<p>No job needs action.</p>")
     h.append('</section><section id="classes"><h2>Findings by class</h2>')
     if data.by_class:
-        h.append(_both(charts.bar_chart, items=[(k, float(v)) for k, v in data.by_class],
+        h.append(both(charts.bar_chart, items=[(k, float(v)) for k, v in data.by_class],
                        title="findings by root cause", unit="findings", colours=CLASS_COLOURS, category="root cause",
                        uid="classes", desc="; ".join(f"{k}: {v}" for k, v in data.by_class)))
         h.append(table(["root cause", "findings"], data.by_class, stack=True))

@@ -175,8 +175,9 @@ def check_read_only(sql: str) -> None:
         raise WriteRefused(f"refused: {found[0].type.name} is not a read statement; gangscope sql is read-only")
 
 
-def connect_read_only(settings: Settings) -> duckdb.DuckDBPyConnection:
-    """The lake, READ_ONLY, with file system access limited to its data files and the configuration locked."""
+def connect_read_only(settings: Settings, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """The lake, READ_ONLY, with file system access limited to its data files and the configuration locked;
+    ``threads`` caps DuckDB's threads (the live page reads on one, beside the pipeline and the builds)."""
     from pipeline import lake
 
     lake.require(settings)
@@ -186,6 +187,8 @@ def connect_read_only(settings: Settings) -> duckdb.DuckDBPyConnection:
         raise UserError(f"cannot open the lake read-only: {str(e).splitlines()[0]}") from None
     # Only the lake's own Parquet files stay readable; nothing else on disk is, and nothing is writable
     # outside the READ_ONLY lake (``COPY ... TO`` fails even if the parser missed it).
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
     con.execute("SET allowed_directories = ?", [[os.path.abspath(settings.lake_path) + os.sep]])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")

@@ -348,6 +348,8 @@ class Sandbox:
             return None
         now_ms = int(self.now().timestamp() * 1000)
         i = bisect.bisect_right(e.ts, now_ms) - 1
+        if i < 0 and e.ts and e.ts[0] - now_ms <= 2 * self.interval * 1000:
+            i = 0  # the scenario's first scrapes are staggered after the start: its exporters already answer
         if i < 0 or now_ms - e.ts[i] > 2 * self.interval * 1000:
             return 503, "text/plain", b"exporter not answering\n"
         start, end = e.spans[i]

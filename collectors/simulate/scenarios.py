@@ -27,13 +27,15 @@ from collectors.simulate.objects import IMAGE, workload_name
 
 MIN = 60.0
 PODS_READY_TIMEOUT_S = 1800.0  # Kueue v0.19 waitForPodsReady default timeout (and recoveryTimeout)
+STARTED_AFTER_FIX_S = 25.0  # the kubelet's next pull attempt succeeds after the fix, the container starts
 OOM_RUN_S = 150.0  # how long a restarted rank lives before the OOM killer takes it again
 NCCL_TIMEOUT_S = 600.0  # ProcessGroupNCCL default collective timeout (torch >= 2.2): the watchdog aborts then
 RESTART_PLACE_S = 10.0  # a restarted JobSet's new pods are bound this long after the old ones failed
 RESTART_RUN_S = 40.0  # ... and run this long after
 DRAIN_EVICT_S = 20.0  # a drain evicts the cordoned node's pods this long after the cordon
 DRAIN_GRACE_S = 25.0  # an evicted trainer exits this long after SIGTERM (within its 30 s grace period)
-STUCK = ("image_pull", "config_error", "mount")  # start-up failures: the containers never start
+# start-up failures: the containers do not start (until ``fixed_at``, when set); registry: the registry is down
+STUCK = ("image_pull", "registry", "config_error", "mount")
 NAMESPACES = ("ml-research", "team-b", "team-c", "ml-platform")
 
 
@@ -88,6 +90,8 @@ class SimJob:
     startup: str | None = None  # image_pull | config_error | mount: containers never start; slow_pull: they do
     crash: str | None = None  # oom: rank crash_rank OOMKilled in a loop until backoffLimit | nccl: watchdog abort
     crash_rank: int = 1
+    fixed_at: float | None = None  # start-up failure: its cause is removed (the registry is back): containers start
+    crash_recovers: bool = False  # oom: three crashes, then the restarted rank stays up (a crash loop that ends)
     children: bool = False  # a JobSet's child Job and restart attempts are modelled (the jobs of issue 31)
     pauses: list[tuple[float, float]] = field(default_factory=list)  # checkpoint pauses: throughput ~0
     hang: bool = False  # the stall is a hung collective: util stays ~100 %, tensor activity, power, traffic fall
@@ -123,8 +127,10 @@ class SimJob:
     @property
     def running(self) -> float | None:
         """When every pod runs (the gang is up); None if it never is."""
-        if self.placed is None or not self.all_placed or self.startup in STUCK:
+        if self.placed is None or not self.all_placed:
             return None
+        if self.startup in STUCK:
+            return None if self.fixed_at is None else self.fixed_at + STARTED_AFTER_FIX_S
         return self.placed + self.pull_s
 
     @property
@@ -151,7 +157,7 @@ class SimJob:
     def hold_end(self) -> float | None:
         """When the first pods release their GPUs for a cause the stories set (deleted after a crash)."""
         if self.crash == "oom":
-            return (self.failed_at or 0.0) + 5
+            return None if self.failed_at is None else self.failed_at + 5
         return None if self.restart_at is None else self.restart_at + 1
 
     def released(self) -> dict[int, float]:
@@ -204,7 +210,7 @@ class SimJob:
         """Intervals when the job's pods hold GPUs on their nodes, the k-th by the k-th set of pods."""
         if self.kueue and self.startup in STUCK:
             return [(a + 6.0, ev + 3.0 if ev is not None else float("inf"))
-                    for a, ev, _ in self.timeout_cycles(duration)]
+                    for a, ev, _ in self.timeout_cycles(self.stuck_until(duration))]
         out = []
         if self.placed is not None:
             stop = min(x for x in (self.end, self.evicted, self.hold_end, float("inf")) if x is not None)
@@ -230,13 +236,18 @@ class SimJob:
         """Kueue evictions: (evicted at, re-admitted at or None, Evicted reason)."""
         if self.kueue and self.startup in STUCK:
             return [(ev, rq + 1 if rq + 1 < duration else None, "PodsReadyTimeout")
-                    for _, ev, rq in self.timeout_cycles(duration) if ev is not None and rq is not None]
+                    for _, ev, rq in self.timeout_cycles(self.stuck_until(duration))
+                    if ev is not None and rq is not None]
         return [] if self.evicted is None else [(self.evicted, self.readmit, self.evict_reason)]
 
     @property
     def finished(self) -> float | None:
         """When Kueue marks the Workload Finished (Succeeded at ``end``, Failed after a crash loop)."""
         return self.end if self.end is not None else (None if self.failed_at is None else self.failed_at + 6)
+
+    def stuck_until(self, duration: float) -> float:
+        """Until when a start-up failure lasts: the scenario's end, or the fix."""
+        return duration if self.fixed_at is None else min(duration, self.fixed_at)
 
     def timeout_cycles(self, duration: float) -> list[tuple[float, float | None, float | None]]:
         """Kueue v0.19 waitForPodsReady on a Workload whose pods never start: per admission (admitted at, evicted
@@ -261,7 +272,7 @@ class SimJob:
         backoffLimit at the last restart, when the Job controller fails the Job."""
         out = []
         t, delay = self.onset or 0.0, 10.0
-        for _ in range(self.backoff_limit):
+        for _ in range(3 if self.crash_recovers else self.backoff_limit):
             out.append((t, t + delay))
             t, delay = t + delay + OOM_RUN_S, min(delay * 2, 300.0)
         return out
@@ -269,7 +280,8 @@ class SimJob:
     @property
     def failed_at(self) -> float | None:
         """When the Job controller marks the crash-looping Job FailureTarget (backoffLimit reached)."""
-        return self.oom_loop()[-1][1] + 1 if self.crash == "oom" and self.backoff_limit else None
+        return self.oom_loop()[-1][1] + 1 if self.crash == "oom" and self.backoff_limit and not self.crash_recovers \
+            else None
 
     @property
     def restart_at(self) -> float | None:
@@ -526,12 +538,14 @@ def _unexplained(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float)
 # --- issue 31: failures beyond scheduling and interconnect, and the normal life that must stay quiet ------------
 
 def _startup_failure(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float, pods: int = 2,
-                     others: bool = True) -> None:
+                     others: bool = True, fixed: bool = False) -> None:
     # A tag that does not exist: ErrImagePull / ImagePullBackOff for the whole hour, Kueue's PodsReadyTimeout
     # evicts the Workload 30 min after admission, re-queues and re-admits it, and the new pods fail the same way.
     j = SimJob("llama-8b-sft", "ml-research", pods, a.take(pods), 10 * MIN, "startup_failure", startup="image_pull",
                image="nvcr.io/nvidia/pytorch:25.19-py3")
     j.onset = (j.placed or 0.0) + 3  # the first failed pull
+    if fixed:  # the registry is down for 25 min, then the kubelet's next pull succeeds: a failure that is fixed
+        j.startup, j.fixed_at = "registry", (j.placed or 0.0) + 25 * MIN
     jobs.append(j)
     if not others:
         return
@@ -547,10 +561,15 @@ def _startup_failure(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: fl
 
 
 def _workload_crash(a: _Alloc, jobs: list[SimJob], faults: list[Fault], dur: float, pods: int = 2,
-                    nccl: bool = True) -> None:
-    # restartPolicy OnFailure: the last rank is OOM-killed again and again until the Job's backoffLimit.
+                    nccl: bool = True, recovers: bool = False) -> None:
+    # restartPolicy OnFailure: the last rank is OOM-killed again and again until the Job's backoffLimit (or, when it
+    # recovers, three times before the restarted rank stays up: no progress meanwhile, then training goes on).
     j = SimJob("moe-expert-ft", "ml-research", pods, a.take(pods), 2 * MIN, "workload_crash", 20 * MIN,
-               restart_policy="OnFailure", backoff_limit=4, crash="oom", crash_rank=pods - 1, stall=20 * MIN)
+               restart_policy="OnFailure", backoff_limit=4, crash="oom", crash_rank=pods - 1, stall=20 * MIN,
+               crash_recovers=recovers)
+    if recovers:
+        j.stall = None
+        j.slowdowns = [(20 * MIN, j.oom_loop()[-1][1] + 60.0, 0.0)]
     jobs.append(j)
     if not nccl:
         return
@@ -740,17 +759,19 @@ def _mixed(cluster: Cluster, a: _Alloc, jobs: list[SimJob], faults: list[Fault],
     _unexplained(a, jobs, faults, dur)
     _healthy(a, jobs, faults, dur, n=1, traps=True)
     _gang_assembly(a, jobs, faults, dur, len(cluster.nodes), None, partial_pods=2)
-    # Issue 31: one job of each new class, one pod each; the stalled job runs on the node the crashed one freed.
-    _startup_failure(a, jobs, faults, dur, pods=1, others=False)
+    # Issue 31: one job of each new class, one pod each. The start-up failure (a registry outage) and the crash loop
+    # end by themselves: their findings open and resolve.
+    _startup_failure(a, jobs, faults, dur, pods=1, others=False, fixed=True)
     _node_failure(a, jobs, faults, dur, pods=1, others=False)
     _gpu_throttle(a, jobs, faults, dur, pods=1, opt_in=False)
-    _workload_crash(a, jobs, faults, dur, pods=1, nccl=False)
+    _workload_crash(a, jobs, faults, dur, pods=1, nccl=False, recovers=True)
     crashed = jobs[-1]
-    a.free.insert(0, crashed.nodes[0])  # free again once the failed Job's pods are gone (minute ~30)
+    crashed.end = crashed.oom_loop()[-1][1] + 4 * MIN  # it then completes, freeing its node for the stalled job
+    a.free.insert(0, crashed.nodes[0])
     _training_stalled(a, jobs, faults, dur, pods=1, modes=False, created=32 * MIN, at=48 * MIN)
     if crashed.nodes[0] in a.free:  # a bigger cluster had another free node: leave this one to the crashed job
         a.free.remove(crashed.nodes[0])
-    assert jobs[-1].placed is not None and jobs[-1].placed > (crashed.hold_end or 0.0)
+    assert jobs[-1].placed is not None and jobs[-1].placed > crashed.end
 
 
 SCENARIOS: dict[str, tuple[str, Builder]] = {

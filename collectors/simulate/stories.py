@@ -130,6 +130,14 @@ def _pull_error(image: str) -> str:
             f'reference "{image}": {image}: not found')
 
 
+def _registry_error(image: str) -> str:
+    """The image manager's rewrite of a pull that failed because the registry did not answer (field notes 1)."""
+    host = image.split("/", 1)[0]
+    return (f"image pull failed for {image} because the registry is unavailable: rpc error: code = Unavailable "
+            f'desc = failed to pull and unpack image "{image}": failed to resolve reference "{image}": failed to do '
+            f'request: Head "https://{host}/v2/": dial tcp 10.96.0.25:443: connect: connection refused')
+
+
 def _pending_status(tl: T.Timeline, j: SimJob, p: dict, i: int, bound: float, sandbox: bool,
                     waiting: dict) -> None:
     """A bound pod whose container has not started: phase Pending, ContainersNotReady, the waiting state."""
@@ -163,8 +171,9 @@ def _fails_to_start(tl: T.Timeline, j: SimJob, p: dict, i: int, bound: float, un
     """The kubelet's side of a pod whose containers never start, from binding until ``until``."""
     node = j.nodes[i].name
     fp = "spec.containers{trainer}"
-    if j.startup == "image_pull":
-        err = _pull_error(j.image)
+    if j.startup in ("image_pull", "registry"):
+        err = _pull_error(j.image) if j.startup == "image_pull" else _registry_error(j.image)
+        name = "ErrImagePull" if j.startup == "image_pull" else "RegistryUnavailable"
         _pending_status(tl, j, p, i, bound, True, {"reason": "ContainerCreating"})
         tl.emit(bound + 1, "MODIFIED", p)
         pulls, fails, backoffs = [], [], []
@@ -175,19 +184,19 @@ def _fails_to_start(tl: T.Timeline, j: SimJob, p: dict, i: int, bound: float, un
             if fail >= until:
                 break
             fails.append(fail)
-            _ctr(p)["state"] = {"waiting": {"reason": "ErrImagePull", "message": err}}
+            _ctr(p)["state"] = {"waiting": {"reason": name, "message": err}}
             tl.emit(fail, "MODIFIED", p)
             if fail + 1 < until:
                 # 1.33+ kubelets append the last pull error (prevPullErrMsg) to the back-off message.
                 _ctr(p)["state"] = {"waiting": {"reason": "ImagePullBackOff", "message":
-                                                f'Back-off pulling image "{j.image}": ErrImagePull: {err}'}}
+                                                f'Back-off pulling image "{j.image}": {name}: {err}'}}
                 tl.emit(fail + 1, "MODIFIED", p)
             nxt = fail + PULL_BACKOFF[min(k, len(PULL_BACKOFF) - 1)]
             backoffs += _backoff_syncs(fail + 1, min(nxt, until))
             t, k = nxt, k + 1
         tl.series(pulls, p, "Normal", "Pulling", f'Pulling image "{j.image}"', KUBELET, node, fp)
         tl.series(fails, p, "Warning", "Failed", f'Failed to pull image "{j.image}": {err}', KUBELET, node, fp)
-        tl.series(fails, p, "Warning", "Failed", "Error: ErrImagePull", KUBELET, node, fp)
+        tl.series(fails, p, "Warning", "Failed", f"Error: {name}", KUBELET, node, fp)
         tl.series(backoffs, p, "Normal", "BackOff", f'Back-off pulling image "{j.image}"', KUBELET, node, fp)
         tl.series(backoffs, p, "Warning", "Failed", "Error: ImagePullBackOff", KUBELET, node, fp)
     elif j.startup == "config_error":
@@ -217,7 +226,7 @@ def stuck(tl: T.Timeline, life: Life) -> None:
     """Bound pods whose containers never start. Under Kueue (waitForPodsReady, on by default since v0.19) the
     Workload is evicted PodsReadyTimeout 30 min after admission, re-queued after its back-off, re-admitted,
     and its new pods fail the same way, until the scenario ends."""
-    j, end = life.j, life.scn.duration
+    j, end = life.j, life.j.stuck_until(life.scn.duration)
     if j.gang == "native":
         T._gang_running(tl, j, life.pg, (j.placed or 0.0) + 1)  # the scheduler placed the whole group
     if life.wl is None:
@@ -241,6 +250,20 @@ def stuck(tl: T.Timeline, life: Life) -> None:
             return
         _pods_ready_timeout(tl, life, pods, ev, rq, k + 1)
         ev_prev = ev
+
+
+def fixed(tl: T.Timeline, life: Life) -> None:
+    """The start-up failure's cause removed (the registry back): the kubelet's next pull succeeds, the containers
+    start (the running story follows in the timeline)."""
+    j = life.j
+    assert j.fixed_at is not None and j.running is not None
+    for i, p in enumerate(life.pods[:len(j.nodes)]):
+        t = j.fixed_at + 3 + 0.3 * i
+        tl.event(t, p, "Normal", "Pulling", f'Pulling image "{j.image}"', KUBELET, host=j.nodes[i].name,
+                 field_path="spec.containers{trainer}")
+        tl.event(j.running - 2 + 0.3 * i, p, "Normal", "Pulled", f'Successfully pulled image "{j.image}" in 19.2s '
+                 "(19.2s including waiting). Image size: 9876543210 bytes.", KUBELET, host=j.nodes[i].name,
+                 field_path="spec.containers{trainer}")
 
 
 def _pods_ready_timeout(tl: T.Timeline, life: Life, pods: list[dict], ev: float, rq: float, count: int) -> None:
@@ -383,6 +406,8 @@ def oom(tl: T.Timeline, life: Life) -> None:
     tl.series(restarts, p, "Normal", "Pulled", f'Container image "{j.image}" already present on machine', KUBELET,
               node, fp)
     tl.series(restarts, p, "Normal", "Started", "Started container trainer", KUBELET, node, fp)
+    if j.crash_recovers:  # the restarted rank stays up: the loop ended by itself
+        return
     # restartCount reached backoffLimit (the sum over the Job's pods, restartPolicy OnFailure): the Job fails.
     f = j.failed_at
     assert f is not None

@@ -199,7 +199,9 @@ def _job(tl: Timeline, j: SimJob, scn: Scenario) -> None:
     life = stories.Life(j, job, wl, pg, pods, scn, stories.child(tl, j, a + 1))
     if j.startup in STUCK and placed is not None:
         stories.stuck(tl, life)
-        return
+        if j.fixed_at is None or j.running is None:
+            return
+        stories.fixed(tl, life)
     if j.running is None:
         if j.nodes:
             _run(tl, j, pods[:len(j.nodes)], placed + j.pull_s if placed else a + 30, placed)

@@ -71,7 +71,11 @@ def _count(job: str, ok: bool, seconds: float) -> None:
         return
     try:
         if job == "models_build":
-            (telemetry.MODEL_BUILD_SECONDS.observe(seconds) if ok else telemetry.MODEL_BUILD_FAILURES.inc())
+            if ok:
+                telemetry.MODEL_BUILD_SECONDS.observe(seconds)
+                telemetry.LAST_BUILD.set(time.time())
+            else:
+                telemetry.MODEL_BUILD_FAILURES.inc()
         elif job.startswith("report_") and ok:
             telemetry.LAST_REPORT.set(time.time())
     except AttributeError:  # an older telemetry module: metrics are optional
@@ -160,8 +164,8 @@ class ModelBuilds:
     next findings wait for it (docs/sandbox.md, time to verdict).
     """
 
-    def __init__(self, settings: Settings, outlet: Any = None) -> None:
-        self.settings, self.outlet = settings, outlet
+    def __init__(self, settings: Settings, outlet: Any = None, after: Callable[[bool], None] | None = None) -> None:
+        self.settings, self.outlet, self.after = settings, outlet, after  # after(rest built) of each build
         self.con: Any = None
         self.rest_every_s = rest_every_s(settings.schedule.models_build)
         self.rest_at: float | None = None  # when the last build that included the rest began
@@ -181,6 +185,8 @@ class ModelBuilds:
         except BaseException:
             self.close()  # whatever state the failure left the connection in, the next build starts afresh
             raise
+        if self.after is not None:
+            self.after(rest)
 
     def expire(self) -> None:
         """Expire old snapshots with the rest of the marts: the history every build adds slows the next ones

@@ -160,7 +160,12 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
 
         findings_topic = FindingsTopic(settings, bootstrap)
         outlet = FindingsOutlet(settings, findings_topic if settings.findings.topic else None)
-        builds = schedule.ModelBuilds(settings, outlet)
+        page = None
+        if telemetry is not None and settings.server.listen and settings.server.page:
+            from gangscope.app.page import LivePage, build_interval
+
+            page = LivePage(settings, build_interval(settings))
+        builds = schedule.ModelBuilds(settings, outlet, after=page.built if page is not None else None)
         scheduler = schedule.make_scheduler(schedule.default_jobs(settings, outlet, builds))
         publisher = receiver = None
         collectors_stop, pipeline_stop = threading.Event(), threading.Event()
@@ -191,6 +196,11 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
                     server.add_route("POST", path, handler, max_body_bytes=max_body)
                 log.debug("telemetry on http://%s (/metrics, /healthz%s)", settings.server.listen,
                           "".join(f", POST {p}" for p in routes))
+                if page is not None:
+                    page.start().mount(server)
+                    auth = " (asks for server.token / server.basic_auth)" if (
+                        settings.server.token or settings.server.basic_auth) else ""
+                    log.info("live page: %s/%s", server.url, auth)
             if publisher is not None:
                 for name in settings.collectors:
                     # The summary said an unreachable server once: the discovery's first failure is not said again.
@@ -237,6 +247,8 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
             if not scheduler.running or _shutdown_scheduler(scheduler, SCHEDULER_GRACE_S):
                 builds.close()  # not under a build still running past the grace
             findings_topic.close()
+            if page is not None:
+                page.close()
             if stop_server is not None:
                 stop_server()
             log.info("stopped")
@@ -257,5 +269,8 @@ def register(groups: dict[str, Any], common: Any) -> None:
         "optional webhook, compaction, retention) and the telemetry endpoint (`server.listen`: /metrics, /healthz). "
         "Stops cleanly on SIGTERM/SIGINT: collectors first, then the pipeline lands what was published, then the "
         "scheduler. Starts with one summary: the cluster and context, the kinds watched, the exporters found, the lake "
-        "and Kafka. Schedule specs: interval:SECONDS, cron:MIN HOUR DOM MON DOW (UTC), or off.")
+        "and Kafka. Schedule specs: interval:SECONDS, cron:MIN HOUR DOM MON DOW (UTC), or off. The live page is served "
+        "on server.listen too: / (open findings with their next step, resolved ones, the fleet) and "
+        "/jobs/NAMESPACE/JOB (the job's layered check), read-only, behind server.token / server.basic_auth when set "
+        "(docs/page.md).")
     p.set_defaults(handler=_handler)

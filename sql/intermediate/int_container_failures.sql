@@ -30,8 +30,8 @@
 -- column: controller_message: the Job or JobSet that gave up, its reason, message and time
 -- column: controller_failed_at: the Job or JobSet that gave up, its reason, message and time
 -- column: jobset_restarts: JobSet status.restarts (recreations of all its Jobs)
--- column: recovered_at: when the job ran again with every member after its last crash (NULL while it has not, or
---   when its controller gave up)
+-- column: recovered_at: when the job ran again with every member after its last crash, once that held (stall_s
+--   running with no crash since, or it completed); NULL while not, or when its controller gave up
 -- column: crashes: JSON list of up to 10 crashes {pod, rank, container, node, exit_code, reason, at}, first first
 WITH pj AS (SELECT * FROM intermediate.int_pod_jobs),
 terms AS (
@@ -90,7 +90,8 @@ loops AS (
            count(DISTINCT pod) FILTER (WHERE reason = 'CrashLoopBackOff') AS crash_looping,
            min(message) FILTER (WHERE reason = 'CrashLoopBackOff') AS crash_loop_message,
            min(first_seen_at) FILTER (WHERE reason = 'CrashLoopBackOff') AS loop_seen_at,
-           max(started_at) FILTER (WHERE state = 'running') AS last_started_at
+           max(started_at) FILTER (WHERE state = 'running' OR (state = 'terminated' AND exit_code = 0))
+               AS last_started_at
     FROM latest GROUP BY ALL
 ),
 controller AS (
@@ -117,8 +118,15 @@ SELECT j.cluster, j.namespace, j.job,
        coalesce(l.restarts, 0) AS restarts, coalesce(l.crash_looping, 0) AS crash_looping, l.crash_loop_message,
        k.kind AS controller_kind, k.reason AS controller_reason, k.message AS controller_message,
        k.failed_at AS controller_failed_at, k.jobset_restarts,
-       CASE WHEN k.failed_at IS NULL AND coalesce(l.crash_looping, 0) = 0 AND j.state = 'running'
+       -- A restart is no recovery until it holds: running stall_s after it with no crash since (a crash loop
+       -- restarts every few minutes), or the job completed.
+       CASE WHEN k.failed_at IS NULL AND coalesce(l.crash_looping, 0) = 0
                  AND greatest(j.all_running_at, l.last_started_at) > coalesce(c.last_at, l.loop_seen_at)
+                 AND (j.state = 'finished'
+                      OR (j.state = 'running' AND epoch((SELECT as_of FROM intermediate.int_as_of x
+                                                          WHERE x.cluster = j.cluster)
+                                                         - greatest(j.all_running_at, l.last_started_at))
+                                                  >= getvariable('stall_s')))
             THEN greatest(j.all_running_at, l.last_started_at) END AS recovered_at,
        to_json(c.crashes[1:10]) AS crashes
 FROM intermediate.int_jobs j

@@ -113,8 +113,8 @@ per_job AS (
            count(*) FILTER (WHERE failed_at IS NOT NULL) AS pods_stuck,
            CAST(sum(gpus) FILTER (WHERE failed_at IS NOT NULL AND NOT deleted) AS INTEGER) AS gpus_held,
            arg_min({'pod': pod, 'container': container, 'image': image, 'reason': reason, 'message': message,
-                    'immediate': immediate, 'bound_at': bound_at, 'stuck_s': round(stuck_s)}, failed_at)
-               FILTER (WHERE failed_at IS NOT NULL) AS first,
+                    'immediate': immediate, 'bound_at': bound_at, 'stuck_s': round(stuck_s)}, (failed_at, pod))
+               FILTER (WHERE failed_at IS NOT NULL) AS first,  -- ties (pods failing at once): the first by name
            list({'pod': pod, 'node': node, 'container': container, 'init': init, 'image': image, 'reason': reason,
                  'message': message, 'bound_at': bound_at, 'stuck_s': round(stuck_s)} ORDER BY failed_at, pod)
                FILTER (WHERE failed_at IS NOT NULL) AS pods

@@ -86,7 +86,8 @@ def test_gauges_units_sentinels_and_node_from_hostname_label(lk: Lake) -> None:
     assert len(one) == 1 and (one[0]["node"], one[0]["pod"], one[0]["namespace"]) == ("gpu-a", "llm-0", "ns")
     (xid,) = _pick(rows, signal="xid")
     assert xid["value"] == 79 and xid["ts"] == _t(1)
-    assert not _pick(rows, metric="DCGM_FI_DEV_SM_CLOCK")
+    assert [r["value"] for r in _pick(rows, signal="sm_clock")] == [1980, 1980, 1980]
+    assert not _pick(rows, metric="DCGM_FI_DEV_MEM_CLOCK")
 
 
 def test_counter_rates_reset_and_saturation_node_from_instance(lk: Lake) -> None:

@@ -159,3 +159,28 @@ def test_a_release_of_another_name_keeps_its_objects_apart() -> None:
     assert ("Deployment", "team-a-gangscope") in docs and ("ClusterRole", "team-a-gangscope-reader") in docs
     binding = docs[("ClusterRoleBinding", "team-a-gangscope-reader")]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gangscope", "namespace": "obs"}]
+
+
+def test_the_live_page_is_on_the_service_only_with_its_credential_from_a_secret(tmp_path) -> None:
+    """The page shares the Service's port (ClusterIP unless the user chooses a type); its credential comes from an
+    optional Secret by reference, never as a value; page.enabled=false turns it off in the settings."""
+    default = helm_template()
+    svc = default[("Service", "gangscope")]
+    assert svc["spec"]["type"] == "ClusterIP" and [p["port"] for p in svc["spec"]["ports"]] == [9108]
+    assert not [k for k in default if k[0] in ("Ingress", "Route", "Gateway", "HTTPRoute")]
+    (c,) = default[("Deployment", "gangscope")]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    for name, key in (("GANGSCOPE_SERVER_TOKEN", "token"), ("GANGSCOPE_SERVER_BASIC_AUTH", "basic-auth")):
+        assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "gangscope-page", "key": key, "optional": True}
+        assert "value" not in env[name]
+    chart = helm_template("--set", "page.enabled=false", "--set", "page.authSecret=ops-page",
+                          "--set", "service.type=LoadBalancer")
+    assert chart[("Service", "gangscope")]["spec"]["type"] == "LoadBalancer"
+    (c,) = chart[("Deployment", "gangscope")]["spec"]["template"]["spec"]["containers"]
+    assert {e["name"]: e for e in c["env"]}["GANGSCOPE_SERVER_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "ops-page"
+    f = tmp_path / "gangscope.yaml"
+    f.write_text(chart[("ConfigMap", "gangscope")]["data"]["gangscope.yaml"])
+    assert config.load(f, environ={}).server.page is False
+    f.write_text(default[("ConfigMap", "gangscope")]["data"]["gangscope.yaml"])
+    s = config.load(f, environ={"GANGSCOPE_SERVER_TOKEN": "from-the-secret"})
+    assert s.server.page is True and s.server.token == "from-the-secret" and s.server.listen == "0.0.0.0:9108"

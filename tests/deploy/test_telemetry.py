@@ -173,7 +173,12 @@ def test_hooks_count_landed_dead_and_lag(settings) -> None:
         telemetry.forget(f"pipeline-{topic}")
 
     records = [(topic, 0, i, b"x") for i in range(5)] + [(f"{topic}.b", 1, 0, b"y")]
+    telemetry.LAST_LANDING.set(0)
+    telemetry.batch_landed([])  # nothing landed: not a landing
+    assert telemetry.REGISTRY.get_sample_value("gangscope_last_landing_timestamp_seconds") == 0
+    before = time.time()
     telemetry.batch_landed(records, dead=[(records[0], "bad json")])
+    assert before <= telemetry.REGISTRY.get_sample_value("gangscope_last_landing_timestamp_seconds") <= time.time()
     assert telemetry.REGISTRY.get_sample_value("gangscope_records_landed_total", {"topic": topic}) == 5
     assert telemetry.REGISTRY.get_sample_value("gangscope_records_landed_total", {"topic": f"{topic}.b"}) == 1
     assert telemetry.REGISTRY.get_sample_value("gangscope_dead_letters_total", {"topic": topic}) == 1
@@ -381,5 +386,43 @@ def test_a_route_with_its_own_body_limit_and_response_headers() -> None:
         assert post("/api/v1/write", 101).startswith(b"HTTP/1.1 413 ")
         assert post("/other", 50).startswith(b"HTTP/1.1 413 ")  # the general limit still holds elsewhere
         assert seen == [(50, "snappy")]  # refused bodies never reach the route
+    finally:
+        srv.stop()
+
+
+def test_prefix_routes_see_path_and_query_and_other_methods_get_405_with_allow() -> None:
+    """The live page's routes: ``/`` exactly, ``/jobs/`` and everything under it, the raw path and query given to
+    the route; a method no route takes is 405 naming the one that is."""
+    import socket
+
+    srv = telemetry.start_http_server("127.0.0.1:0")
+    seen: list[tuple[str, str]] = []
+
+    def route(name: str) -> telemetry.Route:
+        return lambda body, headers: (seen.append((name, headers.path, headers.query)) or 200, "text/plain", b"ok")
+
+    srv.add_route("GET", "/", route("root"))
+    srv.add_route("GET", "/jobs/", route("jobs"), prefix=True)
+    srv.add_route("GET", "/jobs/special/", route("special"), prefix=True)
+
+    def ask(line: str) -> bytes:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(line.encode() + b"\r\n\r\n")
+            out = b""
+            while chunk := s.recv(4096):
+                out += chunk
+            return out
+
+    try:
+        assert ask("GET /?live=1&v=ab HTTP/1.1").startswith(b"HTTP/1.1 200 ")
+        assert ask("GET /jobs/ns/a%2Fb?live=1 HTTP/1.1").startswith(b"HTTP/1.1 200 ")
+        assert ask("GET /jobs/special/x HTTP/1.1").startswith(b"HTTP/1.1 200 ")
+        assert ask("GET /jobsx HTTP/1.1").startswith(b"HTTP/1.1 404 ")
+        assert ask("GET /other HTTP/1.1").startswith(b"HTTP/1.1 404 ")
+        answer = ask("POST /jobs/ns/j HTTP/1.1")
+        assert answer.startswith(b"HTTP/1.1 405 ") and b"\r\nAllow: GET\r\n" in answer
+        assert ask("GET /metrics HTTP/1.1").startswith(b"HTTP/1.1 200 ")
+        assert seen == [("root", "/", "live=1&v=ab"), ("jobs", "/jobs/ns/a%2Fb", "live=1"),
+                        ("special", "/jobs/special/x", "")]
     finally:
         srv.stop()

@@ -187,6 +187,12 @@ def test_live_sandbox_run_findings_alertmanager_restart(tmp_path: Path, broker: 
     final = json.loads((data / STATE_FILE).read_text())
     healed = {fid for fid, seq in states.items() if "opened" in seq and seq[-1] == "resolved"}
     assert healed, [(by_id[f]["job"], by_id[f]["root_cause"], seq) for f, seq in states.items()]
+    # Issue 31: the image that could not be pulled while the registry was down, and the crash loop that ended,
+    # were published open and resolved when fixed.
+    for cause in ("startup_failure", "workload_crash"):
+        (key,) = [k for k, v in injected.items() if v == cause]
+        (fid,) = ids[(*key, cause)]
+        assert states[fid][0] == "opened" and states[fid][-1] == "resolved", (key, cause, states[fid])
     assert not (healed & at_end)
     assert {fid for fid, e in final.items() if e["state"] == "open"} == at_end
 

@@ -11,11 +11,11 @@ import json
 
 import pytest
 
+from gangscope.rootcauses import FAULTS
 from pipeline import lake
 from reports import diagnose, nextsteps
 
-CLASSES = ("gpu_fault", "interconnect_degradation", "preemption", "admission_quota", "admission_topology",
-           "gang_assembly", "topology_misplacement", "unexplained_slowdown")
+CLASSES = FAULTS
 
 
 def _findings(sim_lakes, scenario: str) -> tuple[dict[tuple[str, str, str], dict], dict]:

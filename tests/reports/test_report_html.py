@@ -96,7 +96,7 @@ def test_markdown_reads_as_what_why_next(report_lake, sim_lakes, tmp_path):
 
 def test_fleet_trend_against_the_previous_report_under_one_file_name(sim_lakes, tmp_path):
     """Reports overwritten under a fixed name (report.html, as the demo writes) still get their trend."""
-    settings, _ = sim_lakes("mixed")
+    settings, truth = sim_lakes("mixed")
     out = tmp_path / "report.html"
     first = write_report(settings, "html", out).read_text()
     assert "No previous report to compare with" in first
@@ -105,9 +105,9 @@ def test_fleet_trend_against_the_previous_report_under_one_file_name(sim_lakes, 
     assert (entry["cluster"], entry["kind"], entry["format"], entry["file"]) == (settings.cluster, "report", "html",
                                                                                  "report.html")
     figures = entry["gpu_hours_lost"]
-    # Every flagged class lost GPU-hours; waiting in the queue is counted for the admission classes.
-    assert set(figures) == {"gpu_fault", "interconnect_degradation", "preemption", "admission_quota",
-                            "admission_topology", "gang_assembly", "topology_misplacement", "unexplained_slowdown"}
+    # Every injected class lost GPU-hours; waiting in the queue is counted for the admission classes.
+    assert set(figures) == {j["root_cause"] for j in truth["jobs"]} - {"healthy"}
+    assert len(figures) == 13
     assert all(v > 0 for v in figures.values())
     # The previous run's figures, doctored so the deltas are known: the next run into the same file compares with
     # them (not with itself, nor with a report of another cluster or kind in the same directory).

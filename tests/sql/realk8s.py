@@ -12,13 +12,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gangscope.rootcauses import ROOT_CAUSES
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real-k8s-1.37"
 # The thresholds the scenarios were played with (tests/k8s_real/scenarios.py THRESHOLDS): short, so each fault
 # was judged within a minute.
 THRESHOLDS = {"admission_wait_s": 30, "gang_timeout_s": 30}
-PRECEDENCE = ("gpu_fault", "node_failure", "interconnect_degradation", "gpu_throttle", "preemption",
-              "admission_quota", "admission_topology", "gang_assembly", "startup_failure", "workload_crash",
-              "topology_misplacement", "training_stalled", "unexplained_slowdown", "healthy")
+PRECEDENCE = ROOT_CAUSES
 
 
 def primary(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:

@@ -140,6 +140,16 @@ def _oom_loop(s: Story) -> None:
                               f"Back-off restarting failed container trainer in pod oom-loop-1-x7k2p_{NS}(uid)"))
 
 
+def _oom_once(s: Story) -> None:
+    """restartPolicy OnFailure: rank 0 OOMKilled once at 20, restarted at 20.2, up since: the crash is over."""
+    p = running_pod(s, "oom-once", 0, "f36", 3, restart_policy="OnFailure")
+    s.emit(20, terminate(p, 20, 137, "OOMKilled"))
+    last = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    run(p, 20.2, 1)
+    p["status"]["containerStatuses"][0]["lastState"] = {"terminated": last}
+    s.emit(20.2, p)
+
+
 def _backoff_limit(s: Story) -> None:
     """restartPolicy Never, backoffLimit 0: rank 0 exits 1 at 25; the Job controller fails the Job and deletes rank 1,
     which exits 143 after its deletion (stopped, not crashed)."""
@@ -460,11 +470,11 @@ def _not_jobs(s: Story) -> None:
 
 def _story() -> Story:
     s = Story()
-    ff.setup(s, 35)
+    ff.setup(s, 36)
     for fn in (_image_pull, _config_error, _mount, _slow_pull, _ready_timeout, _oom_loop, _backoff_limit,
                _jobset_restarts, _finisher, _node_lost, _drained, _gpu_sick, _node_decoys, _throttled,
                _throttled_bits, _hot_gpu, _clock_blip, _hung, _vanished, _checkpointer, _xid_crash,
-               _throttle_and_links, _oom_failed, _drained_early, _not_jobs):
+               _throttle_and_links, _oom_failed, _drained_early, _oom_once, _not_jobs):
         fn(s)
     s.add(END, node("f32", "rack-3"))  # the data's "now"
     return s
@@ -498,7 +508,7 @@ EXPECTED = {
     "throttled": "gpu_throttle", "throttle-bits": "gpu_throttle", "hot-gpu": "healthy",
     "clock-blip": "unexplained_slowdown", "hung": "training_stalled", "vanished": "training_stalled",
     "checkpointer": "healthy", "xid-crash": "gpu_fault", "throttle-ic": "interconnect_degradation",
-    "oom-failed": "workload_crash", "drained-early": "node_failure",
+    "oom-failed": "workload_crash", "drained-early": "node_failure", "oom-once": "workload_crash",
 }
 
 
@@ -583,6 +593,12 @@ def test_oom_crash_loop(built) -> None:
     assert f["started_at"] == (iso(20) if mode == "watched" else iso(20.2))
     assert ev["restarts"] == 3 and ev["crash_looping"] == 1 and f["severity"] == "critical"
     assert "out of memory" in f["summary"] and "OOMKilled" in f["summary"] and f["nodes"] == ["f8"]
+
+
+def test_crash_that_held_its_restart_is_over(built) -> None:
+    _, con = built
+    f = _rows(con)[("oom-once", "workload_crash")]
+    assert f["started_at"] == iso(20) and f["ended_at"] == iso(20.2) and f["severity"] == "warning"
 
 
 def test_backoff_limit_names_the_rank_that_failed_first(built) -> None:

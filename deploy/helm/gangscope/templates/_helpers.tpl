@@ -51,5 +51,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if ne (toString .Values.memoryLimit) "512MB" -}}{{- $_ = set $c "memory_limit" (toString .Values.memoryLimit) -}}{{- end -}}
 {{- if .Values.alertmanager.url -}}{{- $_ = set $c "findings" (dict "alertmanager_url" .Values.alertmanager.url) -}}{{- end -}}
 {{- $_ = set $c "server" (dict "listen" (printf "0.0.0.0:%v" .Values.service.port)) -}}
+{{- if not .Values.page.enabled -}}{{- $_ = set $c.server "page" false -}}{{- end -}}
 {{- toYaml (mustMergeOverwrite $c (deepCopy .Values.config)) -}}
 {{- end -}}
