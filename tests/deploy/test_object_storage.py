@@ -353,7 +353,7 @@ def test_deployment_on_object_storage(broker, s3_server: S3Server, pg_catalog: s
     settings = _lake_settings(tmp_path, s3_server, pg_catalog, bootstrap_servers=broker.bootstrap)
     pkafka.ensure_topics(settings, broker.bootstrap)
     lake.connect(settings).close()  # the lake made once, before the writers race to
-    sb = Sandbox(tmp_path / "sandbox", "gpu_fault", nodes=4, speed=10.0, interval=15.0).start()
+    sb = Sandbox(tmp_path / "sandbox", "gpu_fault", speed=10.0, interval=15.0).start()
     try:
         cfg = yaml.safe_load(sb.config.read_text())
         cfg["pipeline"] = {"flush_seconds": 0.5}
