@@ -26,6 +26,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from gangscope.secrets import redact
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 # --- pipeline (Kafka -> lake) ---------------------------------------------------------
@@ -218,18 +220,35 @@ def forget(component: str) -> None:
     with _beats_lock:
         _beats.pop(component, None)
         _problems.pop(component, None)
+        _degraded.pop(component, None)
 
 
 _problems: dict[str, str] = {}  # component -> why it is failing now
+_degraded: dict[str, str] = {}  # component -> what it is waiting out (working, not failed)
 
 
 def problem(component: str, reason: str | None) -> None:
-    """Mark ``component`` failing for ``reason`` (``/healthz`` says so), or healthy again with ``None``."""
+    """Mark ``component`` failing for ``reason`` (``/healthz`` says so), or healthy again with ``None``.
+
+    Reasons are redacted: they often quote an error, and errors quote URLs (a catalog DSN with its password)."""
     with _beats_lock:
         if reason is None:
             _problems.pop(component, None)
         else:
-            _problems[component] = reason
+            _problems[component] = redact(reason)
+
+
+def degraded(component: str, reason: str | None) -> None:
+    """Mark ``component`` degraded for ``reason``, or not any more with ``None``.
+
+    Degraded is working around an outage (the lake's object store or catalog away: writes wait and retry), not
+    failing: ``/healthz`` answers 200 with status ``degraded`` and the reason, so a liveness probe does not
+    restart a process that a restart would not help, while dashboards and readiness see it."""
+    with _beats_lock:
+        if reason is None:
+            _degraded.pop(component, None)
+        else:
+            _degraded[component] = redact(reason)
 
 
 def health() -> tuple[bool, dict[str, object]]:
@@ -238,17 +257,23 @@ def health() -> tuple[bool, dict[str, object]]:
     with _beats_lock:
         items = sorted(_beats.items())
         problems = dict(_problems)
+        slow = dict(_degraded)
     comps: dict[str, dict[str, object]] = {}
     for name, (at, max_age) in items:
         c: dict[str, object] = {"ok": now - at <= max_age, "age_s": round(now - at, 3), "max_age_s": max_age}
         if not c["ok"]:
             c["reason"] = f"nothing delivered for {now - at:.0f} s (limit {max_age:g} s)"
         comps[name] = c
+    for name, reason in slow.items():
+        c = comps.setdefault(name, {"ok": True})
+        c["degraded"] = True
+        c.setdefault("reason", reason)
     for name, reason in problems.items():
         comps.setdefault(name, {})
         comps[name].update(ok=False, reason=reason)
     ok = all(c["ok"] for c in comps.values())
-    return ok, {"status": "ok" if ok else "unhealthy", "components": dict(sorted(comps.items()))}
+    status = "unhealthy" if not ok else "degraded" if any(c.get("degraded") for c in comps.values()) else "ok"
+    return ok, {"status": status, "components": dict(sorted(comps.items()))}
 
 
 class _HealthCollector:
@@ -259,9 +284,13 @@ class _HealthCollector:
 
         g = GaugeMetricFamily("gangscope_component_healthy", "1 if the component is healthy, else 0 (the reason "
                               "is in /healthz).", labels=["component"])
+        d = GaugeMetricFamily("gangscope_component_degraded", "1 if the component works around an outage (the reason "
+                              "is in /healthz), else 0.", labels=["component"])
         for name, c in health()[1]["components"].items():  # type: ignore[union-attr]
             g.add_metric([name], 1.0 if c["ok"] else 0.0)
+            d.add_metric([name], 1.0 if c.get("degraded") else 0.0)
         yield g
+        yield d
 
 
 REGISTRY.register(_HealthCollector())  # type: ignore[arg-type]

@@ -78,6 +78,16 @@ class _Rebalance(ConsumerRebalanceListener):
         self.loop.assign(assigned)
 
 
+def _beat() -> None:
+    """The pipeline's heartbeat while it waits out a lake outage (it is doing what it should)."""
+    telemetry.heartbeat("pipeline")
+
+
+def _stored(loop: _Loop) -> dict[tuple[str, int], int]:
+    """The lake's stored offsets, read on the consuming thread's connection; waits out a lake outage."""
+    return lake.outlast(lambda: stored_offsets(loop.reader, loop.ids), "reading the stored offsets", beat=_beat)
+
+
 class _Lander:
     """Lands batches on threads of its own so the next batch is polled and buffered meanwhile.
 
@@ -151,7 +161,11 @@ class _Lander:
             results = [LandStats() for _ in preps]  # one per batch handed over, landed or not
             try:
                 if self.error is None:
-                    results = split(write(self.con, merge(preps), self.ids), preps)
+                    merged = merge(preps)
+                    # An object store or catalog away: the batch waits (the decoders and then the consuming thread
+                    # with it, Kafka keeping the records) and lands once the lake is back; /healthz says degraded.
+                    stats = lake.outlast(lambda m=merged: write(self.con, m, self.ids), "landing", beat=_beat)
+                    results = split(stats, preps)
                     self.landed_at = time.monotonic()
             except BaseException as e:  # reported on the consuming thread
                 self.error = e
@@ -233,7 +247,7 @@ class _Loop:
 
     def assign(self, assigned: set[TopicPartition]) -> None:
         self.collect(wait=True)
-        stored = lake.retry(lambda: stored_offsets(self.reader, self.ids))
+        stored = _stored(self)
         for tp in sorted(assigned):
             nxt = stored.get((tp.topic, tp.partition))
             if nxt is None:
@@ -348,7 +362,7 @@ class _Loop:
         return behind
 
     def reached(self, until: dict[tuple[str, int], int]) -> bool:
-        stored = lake.retry(lambda: stored_offsets(self.reader, self.ids))
+        stored = _stored(self)
         return all(stored.get(tp, 0) >= off for tp, off in until.items())
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -155,6 +156,102 @@ def retry(fn: Callable[[], T], attempts: int = 30, base_s: float = 0.05) -> T:
     raise AssertionError("unreachable")
 
 
+# What DuckDB says when the object store or the catalog server is away (httpfs after its own retries, libpq), as met in
+# tests/deploy/test_object_storage.py; a refusal (403, a missing bucket) is not among them.
+_UNAVAILABLE = ("connection refused", "could not establish connection", "unable to connect", "could not connect",
+                "connection reset", "connection was closed", "server closed the connection", "timed out", "timeout",
+                "terminating connection", "the database system is", "no connection to the server", "broken pipe",
+                "ssl syscall", "http 500", "http 502", "http 503", "http 504", "(500", "(502", "(503", "(504",
+                "slowdown", "failed to read connection", "failed to send", "failed to connect")
+OUTAGE_GIVE_UP_S = 900.0  # a writer waits out an outage this long, then fails (and its supervisor restarts it)
+
+
+_REFUSED = re.compile(r"http (?:code )?4\d\d|\(4\d\d\b|accessdenied|nosuchbucket|invalidaccesskeyid|"
+                      r"signaturedoesnotmatch|password authentication failed|does not exist")
+
+
+def is_unavailable(e: BaseException) -> bool:
+    """The lake's storage or catalog is unreachable for now (a retry later may work), not a refusal (HTTP 4xx: a
+    permission, a missing bucket; a wrong catalog password) or a bug.
+
+    By the text, whatever the class: DuckDB wraps the same outage in many (PostgreSQL restarted under a landing gave an
+    IOException, an InvalidInputException "Attempting to fetch from an unsuccessful query result ... terminating
+    connection", a BinderException "Failed to get data file list ... server closed the connection unexpectedly" and a
+    TransactionException "Failed to commit: Failed to execute query "ROLLBACK": " with no reason at all).
+    """
+    if not isinstance(e, duckdb.Error):
+        return False
+    text = str(e).lower()
+    if _REFUSED.search(text):
+        return False
+    if isinstance(e, duckdb.TransactionException) and "failed to commit" in text:
+        return True  # rolled back whole: running the transaction again is safe, a landing re-reads its offsets
+    return any(s in text for s in _UNAVAILABLE)
+
+
+def outlast(fn: Callable[[], T], what: str, beat: Callable[[], None] | None = None,
+            give_up_s: float = OUTAGE_GIVE_UP_S) -> T:
+    """Run ``fn`` (conflicts retried as ``retry`` does); while the object store or the catalog is unreachable,
+    wait with backoff (1 s doubling to 15 s) and run it again, for up to ``give_up_s``.
+
+    Meanwhile the ``lake`` component is degraded in /healthz (with the error, redacted) and ``beat`` is called
+    before each wait (the caller's heartbeat: waiting out an outage is what it should do). ``fn`` must be safe to
+    run again: a lake transaction that failed rolled back, and a landing re-reads the stored offsets.
+    """
+    from gangscope import telemetry
+
+    started = time.monotonic()
+    wait, failures = 1.0, 0
+    while True:
+        try:
+            result = retry(fn)
+        except duckdb.Error as e:
+            if not is_unavailable(e) or time.monotonic() - started > give_up_s:
+                raise
+            failures += 1
+            first = str(e).splitlines()[0][:300]
+            telemetry.degraded("lake", f"{what} waits for the lake's storage or catalog ({failures} attempt(s) "
+                                       f"failed, retrying): {first}")
+            if failures == 1 or failures % 10 == 0:
+                log.warning("%s: the lake's storage or catalog is unreachable; retrying every %.0f s at most: %s",
+                            what, 15.0, first)
+            if beat is not None:
+                beat()
+            time.sleep(wait * (0.75 + random.random() / 2))
+            wait = min(15.0, wait * 2)
+            continue
+        if failures:
+            telemetry.degraded("lake", None)
+            log.warning("%s: the lake is reachable again after %.0f s (%d failed attempt(s))", what,
+                        time.monotonic() - started, failures)
+        return result
+
+
+def check_writable(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
+    """A remote data path takes a write: one small object, overwritten at every check, at its root.
+
+    A writer whose credentials may read but not write would otherwise start, inline its first small batches in
+    the catalog, and fail at the first Parquet file (or the first compaction) minutes later, over and over.
+    """
+    from gangscope.errors import UserError
+
+    path = data_path(settings)
+    if not is_remote(path):
+        return
+    try:
+        con.execute(f"COPY (SELECT 1 AS ok) TO {_sql_str(path + WRITE_CHECK)} (FORMAT csv)")
+    except duckdb.Error as e:
+        text = str(e)
+        if is_unavailable(e):
+            raise
+        raise UserError(f"cannot write to the lake's data path {path}: {text.splitlines()[0][:300]}. Give the "
+                        "credentials DuckDB uses for it (its secret for this path, or AWS_* variables) permission to "
+                        "write, list and delete objects there (docs/scaling.md)") from None
+
+
+WRITE_CHECK = ".gangscope-write-check.csv"  # check_writable's object, at the root of a remote data path
+
+
 def temp_path(settings: Settings) -> Path:
     """Where DuckDB spills what does not fit ``memory_limit``: always local (<data>/tmp), even with the
     Parquet files on object storage."""
@@ -226,6 +323,11 @@ def connect(settings: Settings, read_only: bool = False, create: bool = True) ->
         retry(init)
         if new_catalog:
             _sqlite_wal(settings)
+        try:
+            check_writable(con, settings)
+        except BaseException:
+            con.close()
+            raise
     return con
 
 

@@ -390,7 +390,7 @@ def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, de
             try:
                 inc = _build_one(con, m, full, existing, seen, marks, new_marks)
             except duckdb.Error as e:
-                if lake.is_conflict(e):
+                if lake.is_conflict(e) or lake.is_unavailable(e):  # not the model's fault: said as it is
                     raise
                 raise UserError(f"model {m.table} ({m.path}) failed: {str(e).splitlines()[0]}") from None
             stats.per_model_s[m.table] = time.perf_counter() - t

@@ -17,7 +17,6 @@ import functools
 import io
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -189,7 +188,7 @@ def connect_read_only(settings: Settings, threads: int | None = None) -> duckdb.
     # outside the READ_ONLY lake (``COPY ... TO`` fails even if the parser missed it).
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    con.execute("SET allowed_directories = ?", [[os.path.abspath(settings.lake_path) + os.sep]])
+    con.execute("SET allowed_directories = ?", [[lake.data_path(settings)]])  # a directory or an s3:// prefix
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con

@@ -18,7 +18,7 @@ import pytest
 
 from gangscope import config
 from gangscope.transport.broker import EmbeddedBroker
-from tests.servers import alertmanager, kafka, kubernetes, postgres, prometheus
+from tests.servers import alertmanager, kafka, kubernetes, postgres, prometheus, s3
 
 # Upstream object and metric shapes, copied into the clone with their sources (tests/fixtures/reference/README.md).
 REFERENCE = Path(__file__).resolve().parent / "fixtures" / "reference"
@@ -52,7 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # Tests whose binaries .ci/run builds in the background (tests/servers/gobuild.py): last, so the build has the
 # whole run to finish; the real control plane's files (tests/k8s_real/) in one worker, so one control plane starts.
-LAST = ("/tests/k8s_real/", "/tests/deploy/test_helm_chart.py")
+LAST = ("/tests/k8s_real/", "/tests/deploy/test_helm_chart.py", "/tests/deploy/test_object_storage.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -151,6 +151,16 @@ def postgres_server() -> Iterator[postgres.PostgresServer]:
     server = _started(postgres.start)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[s3.S3Server]:
+    """SeaweedFS (S3 API) on free loopback ports with a bucket and two identities (read-write ``admin``, read-only
+    ``reader``) made for the run. Its binary comes from ``.ci/build-kubernetes`` (waited for while it builds); a
+    missing one skips the ``s3`` tests, except in CI."""
+    server = _started(s3.start)
+    yield server
+    server.remove()
 
 
 @pytest.fixture(scope="session")

@@ -82,11 +82,22 @@ def _count(job: str, ok: bool, seconds: float) -> None:
         pass
 
 
-def _problem(job: str, reason: str | None) -> None:
-    """A failing model build makes /healthz fail with the reason until a build succeeds."""
+def _problem(job: str, reason: str | None, outage: bool = False) -> None:
+    """A failing model build makes /healthz fail with the reason until a build succeeds; one that failed because
+    the lake's object store or catalog is away makes it degraded instead (a restart would not help)."""
     telemetry = _optional("gangscope.telemetry")
     if telemetry is not None and job == "models_build":
-        telemetry.problem(job, reason)
+        if outage:
+            telemetry.degraded(job, reason)
+        else:
+            telemetry.problem(job, reason)
+            telemetry.degraded(job, None)
+
+
+def _outage(e: BaseException) -> bool:
+    """The lake's object store or catalog is unreachable (pipeline.lake.is_unavailable)."""
+    lake = _optional("pipeline.lake")
+    return bool(lake is not None and lake.is_unavailable(e))
 
 
 def guarded(name: str, fn: Callable[[], Any]) -> Callable[[], None]:
@@ -97,10 +108,16 @@ def guarded(name: str, fn: Callable[[], Any]) -> Callable[[], None]:
         try:
             fn()
         except Exception as e:
-            log.error("scheduled job %s failed (will run again next time): %s: %s", name, type(e).__name__, e)
+            outage = _outage(e)
+            text = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if outage:
+                log.warning("scheduled job %s could not reach the lake's storage or catalog (will run again next "
+                            "time): %s", name, text)
+            else:
+                log.error("scheduled job %s failed (will run again next time): %s: %s", name, type(e).__name__, e)
             log.debug("scheduled job %s traceback", name, exc_info=True)
             _count(name, False, time.monotonic() - t)
-            _problem(name, f"last run failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            _problem(name, f"last run failed: {text}", outage=outage)
             return
         _problem(name, None)
         log.debug("scheduled job %s done in %.2fs", name, time.monotonic() - t)

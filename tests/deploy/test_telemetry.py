@@ -21,12 +21,14 @@ def server() -> Iterator[telemetry.Server]:
     with telemetry._beats_lock:  # beats other tests' components may have left
         telemetry._beats.clear()
         telemetry._problems.clear()
+        telemetry._degraded.clear()
     srv = telemetry.start_http_server("127.0.0.1:0")
     yield srv
     srv()
     with telemetry._beats_lock:
         telemetry._beats.clear()
         telemetry._problems.clear()
+        telemetry._degraded.clear()
 
 
 def _get(url: str) -> tuple[int, str, str]:
@@ -256,6 +258,29 @@ def test_healthz_names_what_fails_and_why(server: telemetry.Server) -> None:
     telemetry.problem("models_build", None)
     telemetry.scrape_done(up, interval_s=0.1)
     assert _get(server.url + "/healthz")[0] == 200
+
+
+def test_degraded_is_said_with_200_and_its_reason_redacted(server: telemetry.Server) -> None:
+    """A component waiting out an outage (the lake's object store away) is degraded, not failing: /healthz answers
+    200 (a liveness probe must not restart it), names it and why, without the credentials the error quoted."""
+    telemetry.heartbeat("pipeline", 60)
+    telemetry.degraded("lake", "landing waits for the lake's storage or catalog: Unable to connect to Postgres at "
+                               "\"postgres://gs:pw-canary-1@pg:5432/lake\"")
+    code, _, body = _get(server.url + "/healthz")
+    health = json.loads(body)
+    assert code == 200 and health["status"] == "degraded"
+    assert health["components"]["lake"]["degraded"] and health["components"]["lake"]["ok"]
+    assert "Unable to connect" in health["components"]["lake"]["reason"] and "pw-canary-1" not in body
+    assert health["components"]["pipeline"] == {**health["components"]["pipeline"], "ok": True}
+    samples = _samples(_get(server.url + "/metrics")[2])
+    assert samples[("gangscope_component_degraded", (("component", "lake"),))] == 1.0
+    assert samples[("gangscope_component_healthy", (("component", "lake"),))] == 1.0
+    telemetry.problem("kafka", "broker 127.0.0.1:1 unreachable")  # a failure beside it: unhealthy wins
+    assert _get(server.url + "/healthz")[0] == 503
+    telemetry.problem("kafka", None)
+    telemetry.degraded("lake", None)
+    code, _, body = _get(server.url + "/healthz")
+    assert code == 200 and json.loads(body)["status"] == "ok" and "lake" not in json.loads(body)["components"]
 
 
 def test_a_down_broker_makes_the_publisher_unhealthy(offline_settings) -> None:

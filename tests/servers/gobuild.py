@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 PID_FILE = Path.home() / ".cache" / "gangscope-builds.pid"
@@ -21,10 +22,11 @@ def _running() -> bool:
     return True
 
 
-def wait(timeout_s: float = 3600.0) -> None:
-    """Return once no background build runs (at most ``timeout_s``)."""
+def wait(timeout_s: float = 3600.0, done: Callable[[], bool] | None = None) -> None:
+    """Return once no background build runs, or once ``done()`` says what the caller needs is built (at most
+    ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
-    while _running() and time.monotonic() < deadline:
+    while _running() and time.monotonic() < deadline and not (done and done()):
         time.sleep(5)
 
 

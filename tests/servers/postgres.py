@@ -7,17 +7,19 @@ root, so as root the cluster runs as the ``postgres`` system user the package cr
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.servers.process import free_port, stop_and_remove
+from tests.servers.process import free_port, halt, stop_and_remove
 
 PASSWORD = "pg-test-secret-7c1f"  # a throwaway cluster's password; also a canary for redaction tests
 
@@ -38,6 +40,7 @@ class PostgresServer:
     password: str
     directory: Path
     process: subprocess.Popen[bytes]
+    command: list[str]  # how it was launched: ``restart`` launches it again on the same port and data
 
     def url(self, dbname: str) -> str:
         return f"postgres://{self.user}:{self.password}@{self.host}:{self.port}/{dbname}"
@@ -51,6 +54,34 @@ class PostgresServer:
 
     def stop(self) -> None:
         stop_and_remove(self.process, self.directory)
+
+    def halt(self, timeout_s: float = 30.0) -> None:
+        """Stop the server as ``pg_ctl stop -m fast`` does (SIGINT to the postmaster: clients are disconnected,
+        not waited for), keeping its data; ``restart`` brings it back."""
+        pidfile = self.directory / "data" / "postmaster.pid"
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pidfile.read_text().split()[0]), signal.SIGINT)
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            halt(self.process)
+
+    def restart(self, timeout_s: float = 60.0) -> None:
+        """Start it again (after ``halt``) on the same port and data directory."""
+        self.halt()
+        log = open(self.directory / "server.log", "ab")  # noqa: SIM115 - lives as long as the server
+        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+        self._wait(timeout_s)
+
+    def _wait(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"postgres exited: {(self.directory / 'server.log').read_text()[-500:]}")
+            if self.psql("SELECT 1").returncode == 0:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"postgres did not accept connections within {timeout_s:.0f} s")
 
 
 def start() -> PostgresServer:
@@ -76,18 +107,13 @@ def start() -> PostgresServer:
         raise RuntimeError(f"initdb failed: {init.stderr.strip()[-500:]}")
     port = free_port()
     log = open(root / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(
-        [*as_user, str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
-         "-c", f"unix_socket_directories={root}", "-c", "fsync=off", "-c", "max_connections=200"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    server = PostgresServer("127.0.0.1", port, "postgres", PASSWORD, root, proc)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"postgres exited: {(root / 'server.log').read_text()[-500:]}")
-        if server.psql("SELECT 1").returncode == 0:
-            return server
-        time.sleep(0.2)
-    server.stop()
-    raise RuntimeError("postgres did not accept connections within 60 s")
+    command = [*as_user, str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
+               "-c", f"unix_socket_directories={root}", "-c", "fsync=off", "-c", "max_connections=200"]
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    server = PostgresServer("127.0.0.1", port, "postgres", PASSWORD, root, proc, command)
+    try:
+        server._wait(60)
+    except RuntimeError:
+        server.stop()
+        raise
+    return server
