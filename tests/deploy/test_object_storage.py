@@ -112,21 +112,14 @@ def _live_objects(con: duckdb.DuckDBPyConnection, settings: config.Settings) -> 
     """Keys of every file the catalog knows (live data and delete files, files awaiting deletion)."""
     meta = f"__ducklake_metadata_{lake.ALIAS}"
     base = lake.data_path(settings)
-    rows = con.execute(f"""
+    live = " UNION ALL ".join(f"""
         SELECT CASE WHEN f.path_is_relative THEN coalesce(s.path, '') || coalesce(t.path, '') || f.path
                     ELSE f.path END
-        FROM {meta}.ducklake_data_file f JOIN {meta}.ducklake_table t USING (table_id)
+        FROM {meta}.{files} f JOIN {meta}.ducklake_table t USING (table_id)
         JOIN {meta}.ducklake_schema s USING (schema_id)
-        WHERE f.end_snapshot IS NULL AND t.end_snapshot IS NULL
-        UNION ALL
-        SELECT CASE WHEN f.path_is_relative THEN coalesce(s.path, '') || coalesce(t.path, '') || f.path
-                    ELSE f.path END
-        FROM {meta}.ducklake_delete_file f JOIN {meta}.ducklake_table t USING (table_id)
-        JOIN {meta}.ducklake_schema s USING (schema_id)
-        WHERE f.end_snapshot IS NULL AND t.end_snapshot IS NULL
-        UNION ALL
-        SELECT path FROM {meta}.ducklake_files_scheduled_for_deletion
-    """).fetchall()
+        WHERE f.end_snapshot IS NULL AND t.end_snapshot IS NULL""" for files in ("ducklake_data_file",
+                                                                                  "ducklake_delete_file"))
+    rows = con.execute(f"{live} UNION ALL SELECT path FROM {meta}.ducklake_files_scheduled_for_deletion").fetchall()
     out = set()
     for (path,) in rows:
         full = path if "://" in path else base + path
