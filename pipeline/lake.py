@@ -162,7 +162,8 @@ _UNAVAILABLE = ("connection refused", "could not establish connection", "unable 
                 "connection reset", "connection was closed", "server closed the connection", "timed out", "timeout",
                 "terminating connection", "the database system is", "no connection to the server", "broken pipe",
                 "ssl syscall", "http 500", "http 502", "http 503", "http 504", "(500", "(502", "(503", "(504",
-                "slowdown", "failed to read connection", "failed to send", "failed to connect")
+                "slowdown", "failed to read connection", "failed to send", "failed to connect",
+                "current transaction is aborted")
 OUTAGE_GIVE_UP_S = 900.0  # a writer waits out an outage this long, then fails (and its supervisor restarts it)
 
 
@@ -176,8 +177,10 @@ def is_unavailable(e: BaseException) -> bool:
 
     By the text, whatever the class: DuckDB wraps the same outage in many (PostgreSQL restarted under a landing gave an
     IOException, an InvalidInputException "Attempting to fetch from an unsuccessful query result ... terminating
-    connection", a BinderException "Failed to get data file list ... server closed the connection unexpectedly" and a
-    TransactionException "Failed to commit: Failed to execute query "ROLLBACK": " with no reason at all).
+    connection", a BinderException "Failed to get data file list ... server closed the connection unexpectedly", a
+    TransactionException "Failed to commit: Failed to execute query "ROLLBACK": " with no reason at all, and an
+    InvalidInputException "Attempting to fetch from an unsuccessful query result ... Current transaction is aborted
+    (please ROLLBACK)": a catalog query failed inside the landing's transaction, which its caller rolled back).
     """
     if not isinstance(e, duckdb.Error):
         return False

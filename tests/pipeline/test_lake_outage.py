@@ -1,0 +1,59 @@
+"""Which lake errors a writer waits out (the catalog or object store away) and which it reports at once (a refusal,
+a bug). The messages are the ones DuckDB gave in tests/deploy/test_object_storage.py with PostgreSQL restarted and
+SeaweedFS stopped under landing writers; a writer that took one of the first kind for a bug crashed there."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from pipeline import lake
+
+MET_IN_OUTAGES = [
+    (duckdb.InvalidInputException, "Invalid Input Error: Attempting to fetch from an unsuccessful query result\n"
+                                   "Error: TransactionContext Error: Current transaction is aborted (please ROLLBACK)"),
+    (duckdb.IOException, "IO Error: Failed to query most recent snapshot for DuckLake: Unable to connect to "
+                         'Postgres at "postgres://postgres:***@127.0.0.1:52797/lake": connection to server at '
+                         '"127.0.0.1", port 52797 failed: Connection refused'),
+    (duckdb.InvalidInputException, "Invalid Input Error: Attempting to fetch from an unsuccessful query result\n"
+                                   "Error: FATAL:  terminating connection due to administrator command"),
+    (duckdb.BinderException, "Binder Error: Failed to get data file list from DuckLake: server closed the connection "
+                             "unexpectedly"),
+    (duckdb.TransactionException, 'TransactionContext Error: Failed to commit: Failed to execute query "ROLLBACK": '),
+]
+
+REFUSALS_AND_BUGS = [
+    (duckdb.IOException, "HTTP Error: HTTP PUT error on 'http://127.0.0.1:8333/b/lake/x.parquet' (HTTP 403)"),
+    (duckdb.IOException, 'IO Error: Unable to connect to Postgres at "postgres://gs:***@db/lake": FATAL:  password '
+                         'authentication failed for user "gs"'),
+    (duckdb.CatalogException, "Catalog Error: Table with name k8s_objects does not exist!"),
+    (duckdb.BinderException, 'Binder Error: Referenced column "uidd" not found in FROM clause!'),
+    (duckdb.ConversionException, "Conversion Error: Could not convert string 'x' to INT64"),
+]
+
+
+@pytest.mark.parametrize(("cls", "text"), MET_IN_OUTAGES)
+def test_an_outage_is_waited_out(cls: type[duckdb.Error], text: str) -> None:
+    assert lake.is_unavailable(cls(text))
+
+
+@pytest.mark.parametrize(("cls", "text"), REFUSALS_AND_BUGS)
+def test_a_refusal_or_a_bug_is_reported_at_once(cls: type[duckdb.Error], text: str) -> None:
+    assert not lake.is_unavailable(cls(text))
+
+
+def test_outlast_runs_a_landing_again_after_the_catalog_aborted_its_transaction(monkeypatch: pytest.MonkeyPatch
+                                                                                ) -> None:
+    monkeypatch.setattr(lake.time, "sleep", lambda s: None)
+    calls: list[int] = []
+
+    def landing() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise duckdb.InvalidInputException(MET_IN_OUTAGES[0][1])
+        return "landed"
+
+    assert lake.outlast(landing, "landing") == "landed"
+    assert len(calls) == 3
+    with pytest.raises(duckdb.CatalogException):
+        lake.outlast(lambda: (_ for _ in ()).throw(duckdb.CatalogException(REFUSALS_AND_BUGS[2][1])), "landing")
