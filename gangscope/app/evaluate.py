@@ -104,9 +104,16 @@ def run_scenario(name: str, seed: int, nodes: int, work: Path,
 
 
 def phantoms(truth: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
-    """Jobs gangscope reports that the truth does not have (e.g. a PodGroup taken for a job of its own)."""
-    known = {(j["namespace"], j["job"]) for j in truth["jobs"]}
-    return sorted({f"{r['namespace']}/{r['job']}" for r in rows if (r["namespace"], r["job"]) not in known})
+    """Jobs gangscope reports that the truth does not have (e.g. a PodGroup taken for a job of its own), and, in the
+    job-kind variants (``@ray``, ``@trainjob``, ...), a job reported under another kind than the one submitted."""
+    from collectors.simulate.kinds import KINDS
+
+    known = {(j["namespace"], j["job"]): j.get("job_kind") for j in truth["jobs"]}
+    out = {f"{r['namespace']}/{r['job']}" for r in rows if (r["namespace"], r["job"]) not in known}
+    out |= {f"{r['namespace']}/{r['job']} (as {r['job_kind']}, submitted as {known[(r['namespace'], r['job'])]})"
+            for r in rows if known.get((r["namespace"], r["job"])) in KINDS.values()
+            and r["job_kind"] != known[(r["namespace"], r["job"])]}
+    return sorted(out)
 
 
 def primary(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
@@ -155,9 +162,12 @@ def scores(outcomes: Iterable[Outcome], phantom_jobs: int = 0) -> Scores:
 
 
 def family(name: str) -> str:
-    """Which API shapes a run used: the Kubernetes variant suffix (``k8s-1.37``, ...), else ``1.36`` (the base)."""
+    """Which API shapes a run used: the Kubernetes variant suffix (``k8s-1.37``, ...) or job kind (``ray``, ...),
+    else ``1.36`` (the base)."""
+    from collectors.simulate.kinds import KINDS
+
     suffix = name.split("/")[0].partition("@")[2]
-    return suffix if suffix.startswith("k8s-") else "1.36"
+    return suffix if suffix.startswith("k8s-") or suffix in KINDS else "1.36"
 
 
 def render(outcomes: list[Outcome], s: Scores, runs: int) -> str:
