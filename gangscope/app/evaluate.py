@@ -5,7 +5,7 @@ Each run: ``collectors.simulate.generate`` -> land the files into a fresh lake -
 CONTRACT section 4). Files land straight through ``pipeline.land.land`` (the decoding and landing code the Kafka
 consumer runs, without a broker, so dozens of runs fit in minutes); ``--via-kafka`` replays them through an
 embedded broker instead. Scenarios run over several seeds and sizes, variants (first contact, slow pulls,
-Kubernetes 1.35 / 1.37 shapes) over fewer, since each repeats a scenario's faults.
+Kubernetes 1.35 / 1.37 shapes, job kinds) over fewer, since each repeats a scenario's faults.
 """
 
 from __future__ import annotations
@@ -252,8 +252,9 @@ def register(groups: dict[str, Any], common: Any) -> None:
     p = groups["root"].add_parser(
         "evaluate", parents=[common], help="score the classifier against simulated faults with known root causes",
         description="Generate simulator scenarios and variants (first contact, slow pulls, Kubernetes 1.35 / 1.37 + "
-        "Kueue v0.19 shapes), land each into a fresh lake, build the models and compare every job's primary finding "
-        "with the ground truth. Prints a confusion matrix, per-class precision/recall, macro F1 per API shape, and "
+        "Kueue v0.19 shapes, the job kinds @ray @trainjob @pytorchjob @mpijob @lws @podgroup), land each into a fresh "
+        "lake, build the models and compare every job's primary finding with the ground truth (and, for the job "
+        "kinds, its job_kind). Prints a confusion matrix, per-class precision/recall, macro F1 per API shape, and "
         "ends `evaluate: macro_f1=<f> healthy_flagged=<k> phantom_jobs=<p> stuck_called_healthy=<s>` (<s>: jobs "
         "whose injected fault was called healthy). Leaves --data alone: each run has "
         "its own lake (kept with --keep).")

@@ -104,7 +104,8 @@ controller AS (
            max(o.restarts) AS jobset_restarts, min(o.restarting_at) AS restarting_at
     FROM staging.stg_job_objects o
     WHERE (o.failed_reason IN ('BackoffLimitExceeded', 'PodFailurePolicy', 'MaxFailedIndexesExceeded', 'FailedIndexes',
-                               'FailedJobs', 'ReachedMaxRestarts', 'FailJobSetFailurePolicyAction')
+                               'FailedJobs', 'ReachedMaxRestarts', 'FailJobSetFailurePolicyAction',
+                               'PyTorchJobFailed', 'MPIJobFailed')
            OR o.restarts > 0)
     GROUP BY ALL
 )
