@@ -112,9 +112,12 @@ def _pod(kind: str, j: SimJob, p: dict[str, Any]) -> dict[str, Any]:
                        "leaderworkerset.sigs.k8s.io/worker-index": str(worker)})
         sts = j.name if worker == 0 else f"{j.name}-{group}"
         owners = [_owner("StatefulSet", sts, f"{j.uid}-sts-{sts}", api="apps/v1")]
-    else:  # Kueue plain-pod group: no controller
+    else:  # Kueue plain-pod group: no controller; its Workload is named after the group
         labels.update({"kueue.x-k8s.io/pod-group-name": j.name, "kueue.x-k8s.io/managed": "true"})
-        md.setdefault("annotations", {})["kueue.x-k8s.io/pod-group-total-count"] = str(j.pods)
+        annotations = md.setdefault("annotations", {})
+        annotations["kueue.x-k8s.io/pod-group-total-count"] = str(j.pods)
+        if "kueue.x-k8s.io/workload" in annotations:
+            annotations["kueue.x-k8s.io/workload"] = j.name
         owners = []
     md["labels"] = labels
     md["ownerReferences"] = owners
@@ -122,7 +125,8 @@ def _pod(kind: str, j: SimJob, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def _workload(kind: str, j: SimJob, w: dict[str, Any]) -> dict[str, Any]:
-    if kind == "PodGroup":
+    if kind == "PodGroup":  # Kueue names a group's Workload after the group, owned by every pod (none controller)
+        w["metadata"]["name"] = j.name
         w["metadata"]["ownerReferences"] = [_owner("Pod", n, f"{j.uid}-pod-{i}", api="v1", controller=False)
                                             for i, n in enumerate(j.pod_names)]
     else:
@@ -157,7 +161,7 @@ def _children(kind: str, j: SimJob, top: dict[str, Any], etype: str) -> list[dic
 
 def rekind(items: list[tuple[float, int, str, dict[str, Any]]], scn: Scenario, how: str) -> list[
         tuple[float, int, str, dict[str, Any]]]:
-    """The timeline's items with every job submitted as ``KINDS[how]``; sets each SimJob's ``kind``."""
+    """The timeline's items with every job submitted as ``KINDS[how]``; sets each SimJob's ``submitted_as``."""
     kind = KINDS[how]
     by_obj: dict[tuple[str, str], SimJob] = {}
     by_pod: dict[tuple[str, str], SimJob] = {}
@@ -165,8 +169,14 @@ def rekind(items: list[tuple[float, int, str, dict[str, Any]]], scn: Scenario, h
         by_obj[(j.namespace, j.name)] = j
         for n in j.pod_names + j.pod_names2:
             by_pod[(j.namespace, n)] = j
+    renamed = {(j.namespace, j.workload): j.name for j in scn.jobs if kind == "PodGroup" and j.workload}
     out: list[tuple[float, int, str, dict[str, Any]]] = []
     for t, i, etype, obj in items:
+        inv = obj.get("involvedObject") or obj.get("regarding")
+        if inv and inv.get("kind") == "Workload" and (inv.get("namespace"), inv.get("name")) in renamed:
+            obj = copy.deepcopy(obj)
+            inv = obj.get("involvedObject") or obj.get("regarding")
+            inv["name"] = renamed[(inv["namespace"], inv["name"])]
         md = obj.get("metadata", {})
         key = (md.get("namespace"), md.get("name"))
         k = obj.get("kind")
@@ -202,5 +212,5 @@ def rekind(items: list[tuple[float, int, str, dict[str, Any]]], scn: Scenario, h
                 obj = _workload(kind, j, copy.deepcopy(obj))
         out.append((t, i, etype, obj))
     for j in scn.jobs:
-        j.kind = kind
+        j.submitted_as = kind
     return [(t, n, etype, obj) for n, (t, _, etype, obj) in enumerate(out)]

@@ -40,19 +40,13 @@
 --   wait for, or the controller declared it done: Kueue Workload Finished, Job / JobSet failed or complete, with
 --   no pod running), deleted (pods, Workload and gang object all deleted)
 WITH wl AS (
-    -- A Kueue plain-pod group's Workload is owned by its pods: the job is the group they name.
-    SELECT w.cluster, w.namespace, coalesce(gp.kueue_pod_group, w.owner_name, w.name) AS job,
-           CASE WHEN gp.kueue_pod_group IS NOT NULL THEN 'PodGroup' ELSE coalesce(w.owner_kind, 'Workload') END
-               AS job_kind,
+    SELECT w.cluster, w.namespace, coalesce(w.owner_name, w.name) AS job, coalesce(w.owner_kind, 'Workload') AS job_kind,
            w.name AS workload, coalesce(w.cluster_queue, lq.cluster_queue) AS cluster_queue, w.queue_name, w.pod_count,
            w.required_topology, w.preferred_topology, w.pod_group, w.created_at, w.last_seen_at,
            CASE WHEN w.deleted THEN w.last_seen_at END AS deleted_at
     FROM staging.stg_workloads w
     LEFT JOIN staging.stg_local_queues lq ON lq.cluster = w.cluster AND lq.namespace = w.namespace AND lq.name = w.queue_name
-    LEFT JOIN (SELECT DISTINCT cluster, namespace, name, kueue_pod_group FROM staging.stg_pods
-               WHERE kueue_pod_group IS NOT NULL) gp
-      ON w.owner_kind = 'Pod' AND gp.cluster = w.cluster AND gp.namespace = w.namespace AND gp.name = w.owner_name
-    QUALIFY row_number() OVER (PARTITION BY w.cluster, w.namespace, coalesce(gp.kueue_pod_group, w.owner_name, w.name)
+    QUALIFY row_number() OVER (PARTITION BY w.cluster, w.namespace, coalesce(w.owner_name, w.name)
                                ORDER BY w.created_at DESC NULLS LAST) = 1
 ),
 members AS (

@@ -1,6 +1,6 @@
 -- Every pod (current and deleted) with its job identity in CONTRACT section 2 order, extended to the kinds teams
 -- submit (docs/job-kinds.md): the controller owner of its Kueue Workload (a Kueue plain-pod group's Workload is owned
--- by its pods: the group, label kueue.x-k8s.io/pod-group-name); else its LeaderWorkerSet, RayJob / RayCluster,
+-- by its pods: the group it is named after, stg_workloads); else its LeaderWorkerSet, RayJob / RayCluster,
 -- Kubeflow job (their pod labels); else its JobSet; else its Kueue pod group; else its coscheduling/Volcano PodGroup;
 -- else the controller of its native scheduling.k8s.io Workload; else its own controller owner. That object then
 -- counts for the submitted object above it (stg_job_objects.parent_job: a TrainJob's JobSet, a RayJob's RayCluster
@@ -86,8 +86,7 @@ joined AS (
 candidate AS (
     SELECT *,
         CASE
-            WHEN wl_owner_name IS NOT NULL AND NOT (wl_owner_kind = 'Pod' AND kueue_pod_group IS NOT NULL)
-                THEN wl_owner_name
+            WHEN wl_owner_name IS NOT NULL THEN wl_owner_name
             WHEN lws_name IS NOT NULL THEN lws_name
             WHEN ray_origin_kind = 'RayJob' AND ray_origin_name IS NOT NULL THEN ray_origin_name
             WHEN ray_cluster IS NOT NULL THEN ray_cluster
@@ -102,8 +101,7 @@ candidate AS (
             ELSE name
         END AS cand_job,
         CASE
-            WHEN wl_owner_name IS NOT NULL AND NOT (wl_owner_kind = 'Pod' AND kueue_pod_group IS NOT NULL)
-                THEN wl_owner_kind
+            WHEN wl_owner_name IS NOT NULL THEN wl_owner_kind
             WHEN lws_name IS NOT NULL THEN 'LeaderWorkerSet'
             WHEN ray_origin_kind = 'RayJob' AND ray_origin_name IS NOT NULL THEN 'RayJob'
             WHEN ray_cluster IS NOT NULL THEN 'RayCluster'

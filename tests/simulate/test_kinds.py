@@ -33,7 +33,7 @@ def test_jobs_are_submitted_as_the_kind_with_its_links(how: str) -> None:
     kind = KINDS[how]
     objs, jobs = _objects("workload_crash", how)
     names = {(j.namespace, j.name) for j in jobs}
-    assert {j.kind for j in jobs} == {kind}
+    assert {j.submitted_as for j in jobs} == {kind}
     tops = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs if o["kind"] == kind}
     if kind != "PodGroup":
         assert tops == names
@@ -62,6 +62,8 @@ def test_jobs_are_submitted_as_the_kind_with_its_links(how: str) -> None:
             assert owners and owners[0]["kind"] in (kind, "Job")
     for w in (o for o in objs if o["kind"] == "Workload" and o["apiVersion"].startswith("kueue")):
         assert {r["kind"] for r in w["metadata"]["ownerReferences"]} == {"Pod" if kind == "PodGroup" else kind}
+        if kind == "PodGroup":  # Kueue names a group's Workload after the group
+            assert (w["metadata"]["namespace"], w["metadata"]["name"]) in names
 
 
 def test_ray_worker_node_lost_is_node_failure_end_to_end(tmp_path: Path) -> None:
