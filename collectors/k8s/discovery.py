@@ -64,6 +64,15 @@ SLOTS: tuple[Slot, ...] = (
     # Jobs and JobSets for their failure conditions and restarts (workload_crash, startup_failure).
     Slot("jobs.batch", "Job", "jobs", (("batch", ("v1",)),)),
     Slot("jobsets.jobset.x-k8s.io", "JobSet", "jobsets", (("jobset.x-k8s.io", ("v1alpha2",)),)),
+    # The training / inference kinds teams submit, for their identity, gang size (spec) and terminal state: the job
+    # is the submitted object, never a child (a TrainJob's JobSet, a RayJob's RayCluster, an LWS's StatefulSets).
+    Slot("trainjobs.trainer.kubeflow.org", "TrainJob", "trainjobs", (("trainer.kubeflow.org", ("v1alpha1",)),)),
+    Slot("pytorchjobs.kubeflow.org", "PyTorchJob", "pytorchjobs", (("kubeflow.org", ("v1",)),)),
+    Slot("mpijobs.kubeflow.org", "MPIJob", "mpijobs", (("kubeflow.org", ("v2beta1", "v1")),)),
+    Slot("leaderworkersets.leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets",
+         (("leaderworkerset.x-k8s.io", ("v1",)),)),
+    Slot("rayclusters.ray.io", "RayCluster", "rayclusters", (("ray.io", ("v1",)),)),
+    Slot("rayjobs.ray.io", "RayJob", "rayjobs", (("ray.io", ("v1",)),)),
     Slot("workloads.kueue.x-k8s.io", "Workload", "workloads", _KUEUE),
     Slot("clusterqueues.kueue.x-k8s.io", "ClusterQueue", "clusterqueues", _KUEUE),
     Slot("localqueues.kueue.x-k8s.io", "LocalQueue", "localqueues", _KUEUE),

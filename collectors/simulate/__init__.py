@@ -43,6 +43,10 @@ def generate(name: str, out_dir: Path, seed: int = 1, nodes: int = DEFAULT_NODES
     d = out_dir / (subdir or name)
     d.mkdir(parents=True, exist_ok=True)
     tl = timeline.build(scn, start)
+    if variant is not None and variant.kind:
+        from collectors.simulate.kinds import rekind
+
+        tl.items = rekind(tl.items, scn, variant.kind)
     if capture_at is not None:
         tl.start_capture_at(capture_at)
     events = tl.write(d / "k8s.jsonl")

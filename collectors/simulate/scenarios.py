@@ -51,6 +51,7 @@ class SimJob:
     root_cause: str = "healthy"
     onset: float | None = None
     kind: str = "Job"  # Job | JobSet
+    submitted_as: str | None = None  # the kind a job-kind variant re-tells it as (kinds.rekind): RayCluster, ...
     gang: str = "none"  # none | coscheduling | volcano | native
     native_policy: str = "gang"  # gang | basic (1.37: the Job controller's default for a Job without spec.scheduling)
     k8s: str = "1.36"  # 1.35 (v1alpha1 Workload, pods' workloadRef) | 1.36 (v1alpha2) | 1.37 (v1beta1 + v1alpha3)

@@ -38,9 +38,10 @@ def build(scn: Scenario, start: datetime, variant: str | None = None,
         if not visible(j, capture_at):
             continue
         jobs.append({
-            "namespace": j.namespace, "job": j.name, "job_kind": j.kind, "uid": j.uid,
+            "namespace": j.namespace, "job": j.name, "job_kind": j.submitted_as or j.kind, "uid": j.uid,
             "root_cause": j.root_cause, "onset": _ts(start, j.onset) if j.root_cause != "healthy" else None,
-            "nodes": [n.name for n in j.nodes], "workload": j.workload, "pod_group": j.pod_group,
+            "nodes": [n.name for n in j.nodes],
+            "workload": j.name if j.submitted_as == "PodGroup" and j.kueue else j.workload, "pod_group": j.pod_group,
             "gang": j.gang, "kueue": j.kueue, "created": _ts(start, j.created),
             "cluster_queue": j.cq if j.kueue else None, "gpus_per_pod": j.gpus_per_pod,
             "topology": None if not j.kueue or j.required is None else

@@ -17,6 +17,9 @@ node pulls a 15 GB image for minutes. A variant (``<scenario>@<how>``) replays i
 * ``<scenario>@k8s-1.37`` / ``@k8s-1.37-gate-on``: Kubernetes 1.37 + Kueue v0.19 shapes (``scenarios.to_137``);
   ``@k8s-1.37-delegated``: with every gang outside Kueue a JobSet whose child Job delegates to its Workload
   (``scenarios.delegate``); ``@k8s-1.35``: v1alpha1 Workloads with replica keys (``scenarios.to_135``).
+* ``<scenario>@ray`` / ``@trainjob`` / ``@pytorchjob`` / ``@mpijob`` / ``@lws`` / ``@podgroup``: every job submitted as
+  a RayCluster, TrainJob (running a JobSet), PyTorchJob, MPIJob (launcher Job + workers), LeaderWorkerSet or Kueue
+  plain-pod group, with their controllers' labels and owners (``kinds.rekind``); same pods, times and faults.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from collectors.simulate.kinds import KINDS
 from collectors.simulate.scenarios import MIN, SCENARIOS, Scenario, SimJob, delegate, to_135, to_137
 
 
@@ -38,6 +42,7 @@ class Variant:
     kueue_gate: str | None = None  # set: Kubernetes 1.37 + Kueue v0.19 shapes (scenarios.to_137), gate on / off
     delegated: bool = False  # 1.37: gangs outside Kueue as JobSets whose child Jobs delegate (scenarios.delegate)
     k8s_135: bool = False  # Kubernetes 1.35 v1alpha1 Workloads, replica keys (scenarios.to_135)
+    kind: str | None = None  # every job submitted as this kind (kinds.KINDS: ray, trainjob, ..., podgroup)
 
     def capture_at(self, scn: Scenario) -> float | None:
         """Seconds after the scenario start at which gangscope starts watching (None: from the start)."""
@@ -121,6 +126,14 @@ VARIANTS.update({
         "groups), pods joining through spec.workloadRef with a podGroupReplicaKey, two replicas per JobSet",
         pg_suffix=None, k8s_135=True)
     for name in SCENARIOS if name != "mixed"
+})
+
+
+# The jobs teams submit (issue 33): every scenario's jobs as the kinds that make them.
+VARIANTS.update({
+    f"{name}@{how}": Variant(name, f"{name}: every job submitted as a {kind} (its controller's labels and owner "
+                             "references on the same pods)", pg_suffix=None, kind=how)
+    for name in SCENARIOS if name != "mixed" for how, kind in KINDS.items()
 })
 
 

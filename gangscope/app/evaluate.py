@@ -5,7 +5,7 @@ Each run: ``collectors.simulate.generate`` -> land the files into a fresh lake -
 CONTRACT section 4). Files land straight through ``pipeline.land.land`` (the decoding and landing code the Kafka
 consumer runs, without a broker, so dozens of runs fit in minutes); ``--via-kafka`` replays them through an
 embedded broker instead. Scenarios run over several seeds and sizes, variants (first contact, slow pulls,
-Kubernetes 1.35 / 1.37 shapes) over fewer, since each repeats a scenario's faults.
+Kubernetes 1.35 / 1.37 shapes, job kinds) over fewer, since each repeats a scenario's faults.
 """
 
 from __future__ import annotations
@@ -104,9 +104,16 @@ def run_scenario(name: str, seed: int, nodes: int, work: Path,
 
 
 def phantoms(truth: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
-    """Jobs gangscope reports that the truth does not have (e.g. a PodGroup taken for a job of its own)."""
-    known = {(j["namespace"], j["job"]) for j in truth["jobs"]}
-    return sorted({f"{r['namespace']}/{r['job']}" for r in rows if (r["namespace"], r["job"]) not in known})
+    """Jobs gangscope reports that the truth does not have (e.g. a PodGroup taken for a job of its own), and, in the
+    job-kind variants (``@ray``, ``@trainjob``, ...), a job reported under another kind than the one submitted."""
+    from collectors.simulate.kinds import KINDS
+
+    known = {(j["namespace"], j["job"]): j.get("job_kind") for j in truth["jobs"]}
+    out = {f"{r['namespace']}/{r['job']}" for r in rows if (r["namespace"], r["job"]) not in known}
+    out |= {f"{r['namespace']}/{r['job']} (as {r['job_kind']}, submitted as {known[(r['namespace'], r['job'])]})"
+            for r in rows if known.get((r["namespace"], r["job"])) in KINDS.values()
+            and r["job_kind"] != known[(r["namespace"], r["job"])]}
+    return sorted(out)
 
 
 def primary(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
@@ -155,9 +162,12 @@ def scores(outcomes: Iterable[Outcome], phantom_jobs: int = 0) -> Scores:
 
 
 def family(name: str) -> str:
-    """Which API shapes a run used: the Kubernetes variant suffix (``k8s-1.37``, ...), else ``1.36`` (the base)."""
+    """Which API shapes a run used: the Kubernetes variant suffix (``k8s-1.37``, ...) or job kind (``ray``, ...),
+    else ``1.36`` (the base)."""
+    from collectors.simulate.kinds import KINDS
+
     suffix = name.split("/")[0].partition("@")[2]
-    return suffix if suffix.startswith("k8s-") else "1.36"
+    return suffix if suffix.startswith("k8s-") or suffix in KINDS else "1.36"
 
 
 def render(outcomes: list[Outcome], s: Scores, runs: int) -> str:
@@ -242,8 +252,9 @@ def register(groups: dict[str, Any], common: Any) -> None:
     p = groups["root"].add_parser(
         "evaluate", parents=[common], help="score the classifier against simulated faults with known root causes",
         description="Generate simulator scenarios and variants (first contact, slow pulls, Kubernetes 1.35 / 1.37 + "
-        "Kueue v0.19 shapes), land each into a fresh lake, build the models and compare every job's primary finding "
-        "with the ground truth. Prints a confusion matrix, per-class precision/recall, macro F1 per API shape, and "
+        "Kueue v0.19 shapes, the job kinds @ray @trainjob @pytorchjob @mpijob @lws @podgroup), land each into a fresh "
+        "lake, build the models and compare every job's primary finding with the ground truth (and, for the job "
+        "kinds, its job_kind). Prints a confusion matrix, per-class precision/recall, macro F1 per API shape, and "
         "ends `evaluate: macro_f1=<f> healthy_flagged=<k> phantom_jobs=<p> stuck_called_healthy=<s>` (<s>: jobs "
         "whose injected fault was called healthy). Leaves --data alone: each run has "
         "its own lake (kept with --keep).")

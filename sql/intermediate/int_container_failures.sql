@@ -95,8 +95,8 @@ loops AS (
     FROM latest GROUP BY ALL
 ),
 controller AS (
-    -- The Job / JobSet that gave up (a JobSet's child Job counts for the JobSet), and JobSet restarts.
-    SELECT o.cluster, o.namespace, coalesce(o.parent_jobset, o.name) AS job,
+    -- The Job / JobSet that gave up (a child object counts for its submitted object: stg_job_objects.parent_job).
+    SELECT o.cluster, o.namespace, coalesce(o.parent_job, o.name) AS job,
            arg_min(o.kind, o.failed_at) FILTER (WHERE o.failed_reason IS NOT NULL) AS kind,
            arg_min(o.failed_reason, o.failed_at) FILTER (WHERE o.failed_reason IS NOT NULL) AS reason,
            arg_min(o.failed_message, o.failed_at) FILTER (WHERE o.failed_reason IS NOT NULL) AS message,
@@ -104,7 +104,8 @@ controller AS (
            max(o.restarts) AS jobset_restarts, min(o.restarting_at) AS restarting_at
     FROM staging.stg_job_objects o
     WHERE (o.failed_reason IN ('BackoffLimitExceeded', 'PodFailurePolicy', 'MaxFailedIndexesExceeded', 'FailedIndexes',
-                               'FailedJobs', 'ReachedMaxRestarts', 'FailJobSetFailurePolicyAction')
+                               'FailedJobs', 'ReachedMaxRestarts', 'FailJobSetFailurePolicyAction',
+                               'PyTorchJobFailed', 'MPIJobFailed')
            OR o.restarts > 0)
     GROUP BY ALL
 )

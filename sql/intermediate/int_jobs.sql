@@ -12,7 +12,10 @@
 -- column: pod_group: gang object and its system (NULL without a gang)
 -- column: gang_system: gang object and its system (NULL without a gang)
 -- column: gang_size: PodGroup minMember / native minCount (for a job of several gang units, int_gang_units, the
---   sum of its root gang units' needed_pods: a composite counts its minGroupCount smallest children), else the Workload's pod count, else the pods seen
+--   sum of its root gang units' needed_pods: a composite counts its minGroupCount smallest children), else the gang
+--   its object's spec asks for (stg_job_objects.spec_pods: Ray head + worker minReplicas, MPIJob launcher + workers,
+--   LWS size x replicas), else a Kueue pod group's pod-group-total-count, else the Workload's pod count, else the
+--   pods seen
 -- column: schedule_timeout_s: coscheduling scheduleTimeoutSeconds (NULL elsewhere)
 -- column: pods: live (not deleted) pods, and those Running now
 -- column: pods_running: live (not deleted) pods, and those Running now
@@ -112,17 +115,18 @@ pods AS (
            coalesce(sum(gpus) FILTER (WHERE NOT deleted), 0) AS gpus,
            list_sort(list(DISTINCT node) FILTER (WHERE NOT deleted AND node IS NOT NULL)) AS nodes,
            list_sort(list({'t': bound_at, 'before_capture': bound_before_capture})
-                     FILTER (WHERE NOT deleted AND bound_at IS NOT NULL)) AS bound_times,
+                     FILTER (WHERE gang_member AND NOT deleted AND bound_at IS NOT NULL)) AS bound_times,
            list_sort(list({'t': first_running_at, 'before_capture': running_before_capture})
-                     FILTER (WHERE NOT deleted AND first_running_at IS NOT NULL)) AS running_times,
+                     FILTER (WHERE gang_member AND NOT deleted AND first_running_at IS NOT NULL)) AS running_times,
            -- The last run's pods once every pod is deleted: bound_times / running_times of a deleted job.
            list_sort(list({'t': bound_at, 'before_capture': bound_before_capture})
-                     FILTER (WHERE last_run AND bound_at IS NOT NULL)) AS ended_bound_times,
+                     FILTER (WHERE gang_member AND last_run AND bound_at IS NOT NULL)) AS ended_bound_times,
            list_sort(list({'t': first_running_at, 'before_capture': running_before_capture})
-                     FILTER (WHERE last_run AND first_running_at IS NOT NULL)) AS ended_running_times,
+                     FILTER (WHERE gang_member AND last_run AND first_running_at IS NOT NULL)) AS ended_running_times,
            min(created_at) AS pods_created_at,
            min(created_at) FILTER (WHERE NOT deleted) AS run_started_at,
            max(local_queue) AS local_queue,
+           max(kueue_pod_group_total) AS group_total,
            min(least(created_at, last_seen_at)) AS first_seen,
            max(last_seen_at) AS last_seen,
            CASE WHEN bool_and(deleted) THEN max(last_seen_at) END AS deleted_at
@@ -132,7 +136,8 @@ pods AS (
         FROM intermediate.int_pod_jobs
         WINDOW job_pods AS (PARTITION BY cluster, namespace, job)
     ) p
-    LEFT JOIN (SELECT cluster, namespace, name AS pod, local_queue FROM staging.stg_pods) q USING (cluster, namespace, pod)
+    LEFT JOIN (SELECT cluster, namespace, name AS pod, local_queue, kueue_pod_group_total FROM staging.stg_pods) q
+      USING (cluster, namespace, pod)
     GROUP BY cluster, namespace, job
 ),
 terminal AS (
@@ -140,13 +145,19 @@ terminal AS (
     -- speak for it), or Kueue declared its Workload Finished.
     SELECT cluster, namespace, name AS job, min(coalesce(failed_at, completed_at)) AS at
     FROM staging.stg_job_objects
-    WHERE NOT deleted AND parent_jobset IS NULL AND (failed_at IS NOT NULL OR completed_at IS NOT NULL)
+    WHERE NOT deleted AND parent_job IS NULL AND (failed_at IS NOT NULL OR completed_at IS NOT NULL)
     GROUP BY ALL
     UNION ALL
     SELECT w.cluster, w.namespace, w.job, min(c.transition_at)
     FROM wl w JOIN staging.stg_workload_conditions c
       ON c.cluster = w.cluster AND c.namespace = w.namespace AND c.workload = w.workload
     WHERE c.type = 'Finished' AND c.status = 'True'
+    GROUP BY ALL
+),
+spec AS (
+    -- The gang a submitted object's spec asks for (RayCluster / RayJob, PyTorchJob, MPIJob, LeaderWorkerSet, TrainJob)
+    SELECT cluster, namespace, kind, name, arg_max(spec_pods, last_seen_at) AS spec_pods
+    FROM staging.stg_job_objects WHERE spec_pods IS NOT NULL AND parent_job IS NULL
     GROUP BY ALL
 ),
 keys AS (
@@ -162,7 +173,8 @@ j AS (
            coalesce(w.queue_name, p.local_queue) AS local_queue,
            coalesce(u.root_unit, p.pod_group, g.name) AS pod_group,
            coalesce(p.gang_system, g.system) AS gang_system,
-           CAST(coalesce(u.gang_size, g.min_member, w.pod_count, p.pods, 0) AS INTEGER) AS gang_size,
+           CAST(coalesce(u.gang_size, g.min_member, o.spec_pods, p.group_total, w.pod_count, p.pods, 0) AS INTEGER)
+               AS gang_size,
            u.job IS NOT NULL AS multi_gang, u.assembled_at AS units_assembled_at,
            g.schedule_timeout_s,
            coalesce(p.pods, 0) AS pods,
@@ -191,6 +203,8 @@ j AS (
     LEFT JOIN pg_job g USING (cluster, namespace, job)
     LEFT JOIN pods p USING (cluster, namespace, job)
     LEFT JOIN units u USING (cluster, namespace, job)
+    LEFT JOIN spec o ON o.cluster = k.cluster AND o.namespace = k.namespace AND o.name = k.job
+     AND o.kind = coalesce(w.job_kind, p.job_kind, g.job_kind)
 ),
 judged AS (
     -- A deleted job (every object gone) is judged on its last run's pods: without them a Job deleted after

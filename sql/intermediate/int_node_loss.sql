@@ -117,7 +117,7 @@ evicted AS (
 created AS (
     -- The Job controller's record of each pod it made ("Created pod: <name>"), which outlives the pod: a pod gone
     -- before gangscope watched still names its job (a JobSet's child Job speaks for its JobSet).
-    SELECT DISTINCT e.cluster, e.object_namespace AS namespace, coalesce(o.parent_jobset, e.object_name) AS job,
+    SELECT DISTINCT e.cluster, e.object_namespace AS namespace, coalesce(o.parent_job, e.object_name) AS job,
            regexp_extract(e.message, '^Created pod: (.+)$', 1) AS pod
     FROM staging.stg_events e
     LEFT JOIN staging.stg_job_objects o

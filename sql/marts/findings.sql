@@ -332,6 +332,29 @@ gang_f AS (
     LEFT JOIN stuck_units su USING (cluster, namespace, job)
     WHERE g.timed_out
 ),
+ray_f AS (
+    -- The gang inside a Ray cluster: every pod of the RayCluster gang runs, yet a placement group waits PENDING past
+    -- the gang timeout and the job's throughput is absent or below baseline meanwhile (intermediate.int_ray_placement).
+    SELECT r.cluster, r.namespace, r.job, 'gang_assembly' AS root_cause,
+           CASE WHEN j.gpus > 0 THEN 'critical' ELSE 'warning' END AS severity,
+           r.pending_since + to_seconds(r.timeout_s) AS started_at, r.placed_at AS ended_at, 0.85 AS confidence,
+           j.nodes,
+           to_json({'ray_placement_groups_pending': r.max_pending, 'pending_since': r.pending_since,
+                    'placed_at': r.placed_at, 'pending_s': round(r.pending_s), 'timeout_s': r.timeout_s,
+                    'gang_size': j.gang_size, 'pods_running': j.pods_running, 'worker_groups': r.worker_groups,
+                    'next_step': r.next_step}) AS evidence,
+           format('Ray placement group{} PENDING for {} s (timeout {} s) while all {} pods of the gang run: {}',
+                  CASE WHEN r.max_pending > 1 THEN 's (' || CAST(r.max_pending AS BIGINT) || ')' ELSE '' END,
+                  TRY_CAST(round(r.pending_s) AS BIGINT), TRY_CAST(r.timeout_s AS BIGINT), j.pods_running,
+                  r.next_step) AS summary
+    FROM intermediate.int_ray_placement r JOIN j USING (cluster, namespace, job)
+    WHERE r.timed_out AND j.gang_size > 0 AND j.pods_running >= j.gang_size
+      AND NOT EXISTS (SELECT 1 FROM intermediate.int_job_throughput t
+                      WHERE t.cluster = r.cluster AND t.namespace = r.namespace AND t.job = r.job
+                        AND t.ts >= r.pending_since + to_seconds(r.timeout_s)
+                        AND t.ts <= coalesce(r.placed_at, 'infinity'::TIMESTAMPTZ)
+                        AND t.ratio >= getvariable('throughput_ratio'))
+),
 su_f AS (
     -- Pods bound whose containers never start (intermediate.int_startup_failures).
     SELECT s.cluster, s.namespace, s.job, 'startup_failure' AS root_cause,
@@ -487,6 +510,7 @@ incidents AS (
     SELECT * FROM gpu_f UNION ALL BY NAME SELECT * FROM node_f UNION ALL BY NAME SELECT * FROM ic_f
     UNION ALL BY NAME SELECT * FROM thr_f UNION ALL BY NAME SELECT * FROM pre_f
     UNION ALL BY NAME SELECT * FROM adm_f UNION ALL BY NAME SELECT * FROM gang_kept
+    UNION ALL BY NAME SELECT * FROM ray_f
     UNION ALL BY NAME SELECT * FROM su_f UNION ALL BY NAME SELECT * FROM crash_kept
     UNION ALL BY NAME SELECT * FROM mis_f UNION ALL BY NAME SELECT * FROM stall_f
     UNION ALL BY NAME SELECT * FROM slow_f

@@ -52,6 +52,15 @@
 -- column: restart_policy: spec.restartPolicy (Always, OnFailure, Never)
 -- column: completion_index: the rank: label or annotation batch.kubernetes.io/job-completion-index (Indexed Jobs),
 --   else JobSet's jobset.sigs.k8s.io/job-index
+-- column: lws_name: label leaderworkerset.sigs.k8s.io/name (a LeaderWorkerSet's leader and worker pods)
+-- column: ray_cluster: label ray.io/cluster (a RayCluster's head and worker pods)
+-- column: ray_group: label ray.io/group (its worker group; headgroup for the head)
+-- column: ray_origin_kind: labels ray.io/originated-from-crd / -cr-name (the RayJob / RayService behind a RayCluster)
+-- column: ray_origin_name: labels ray.io/originated-from-crd / -cr-name
+-- column: kubeflow_job: label training.kubeflow.org/job-name (PyTorchJob, MPIJob, ... pods, an MPIJob's launcher)
+-- column: kubeflow_operator: label training.kubeflow.org/operator-name (mpi-operator, pytorchjob-controller, ...)
+-- column: kueue_pod_group: Kueue plain-pod group: label kueue.x-k8s.io/pod-group-name
+-- column: kueue_pod_group_total: its annotation kueue.x-k8s.io/pod-group-total-count (the group's size)
 WITH ev AS (
     SELECT *, coalesce(uid, namespace || '/' || name) AS key,
            coalesce(json_extract(object, '$.status.conditions[*]'), []::JSON[]) AS conds,
@@ -177,7 +186,17 @@ SELECT
     l.object->>'$.spec.restartPolicy' AS restart_policy,
     coalesce(l.object->>'$.metadata.labels."batch.kubernetes.io/job-completion-index"',
              l.object->>'$.metadata.annotations."batch.kubernetes.io/job-completion-index"',
-             l.object->>'$.metadata.labels."jobset.sigs.k8s.io/job-index"') AS completion_index
+             l.object->>'$.metadata.labels."jobset.sigs.k8s.io/job-index"') AS completion_index,
+    l.object->>'$.metadata.labels."leaderworkerset.sigs.k8s.io/name"' AS lws_name,
+    l.object->>'$.metadata.labels."ray.io/cluster"' AS ray_cluster,
+    l.object->>'$.metadata.labels."ray.io/group"' AS ray_group,
+    l.object->>'$.metadata.labels."ray.io/originated-from-crd"' AS ray_origin_kind,
+    l.object->>'$.metadata.labels."ray.io/originated-from-cr-name"' AS ray_origin_name,
+    l.object->>'$.metadata.labels."training.kubeflow.org/job-name"' AS kubeflow_job,
+    l.object->>'$.metadata.labels."training.kubeflow.org/operator-name"' AS kubeflow_operator,
+    l.object->>'$.metadata.labels."kueue.x-k8s.io/pod-group-name"' AS kueue_pod_group,
+    TRY_CAST(l.object->>'$.metadata.annotations."kueue.x-k8s.io/pod-group-total-count"' AS INTEGER)
+        AS kueue_pod_group_total
 FROM latest l
 JOIN hist h USING (cluster, key)
 LEFT JOIN owners o USING (cluster, key)

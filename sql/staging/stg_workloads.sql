@@ -4,7 +4,8 @@
 -- column: name: the Workload
 -- column: uid: the Workload
 -- column: api_version: kueue.x-k8s.io/v1beta1 or v1beta2
--- column: owner_kind: controller ownerReference (the job, CONTRACT section 2 identity)
+-- column: owner_kind: controller ownerReference (the job, CONTRACT section 2 identity); a Kueue plain-pod group's
+--   Workload, owned by its pods with none as controller and named after the group: PodGroup and the Workload's name
 -- column: owner_name: controller ownerReference (the job, CONTRACT section 2 identity)
 -- column: queue_name: spec.queueName (LocalQueue)
 -- column: cluster_queue: status.admission.clusterQueue
@@ -27,7 +28,11 @@ WITH latest AS (
                                ORDER BY observed_at DESC, TRY_CAST(resource_version AS BIGINT) DESC NULLS LAST) = 1
 ),
 owners AS (
-    SELECT l.cluster, l.namespace, l.name, o->>'$.kind' AS owner_kind, o->>'$.name' AS owner_name
+    SELECT l.cluster, l.namespace, l.name,
+           CASE WHEN (o->>'$.kind') = 'Pod' AND coalesce(o->>'$.controller', 'false') <> 'true' THEN 'PodGroup'
+                ELSE o->>'$.kind' END AS owner_kind,
+           CASE WHEN (o->>'$.kind') = 'Pod' AND coalesce(o->>'$.controller', 'false') <> 'true' THEN l.name
+                ELSE o->>'$.name' END AS owner_name
     FROM latest l, unnest(coalesce(json_extract(l.object, '$.metadata.ownerReferences[*]'), []::JSON[])) AS t(o)
     QUALIFY row_number() OVER (PARTITION BY l.cluster, l.namespace, l.name
                                ORDER BY coalesce(o->>'$.controller', 'false') = 'true' DESC) = 1

@@ -80,3 +80,25 @@ def test_kind_selection():
 def test_unreachable_server_is_an_api_error():
     with pytest.raises(ApiError):
         served_resources(Client("http://127.0.0.1:9"))
+
+
+def test_the_kinds_teams_submit_are_watched_when_served(api):
+    """Issue 33: RayCluster / RayJob, TrainJob, PyTorchJob, MPIJob and LeaderWorkerSet, each at the version its
+    operator serves; MPIJob's v2beta1 preferred over the legacy v1."""
+    served = [("ray.io", "v1", "rayclusters", "RayCluster"), ("ray.io", "v1", "rayjobs", "RayJob"),
+              ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
+              ("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"), ("kubeflow.org", "v1", "mpijobs", "MPIJob"),
+              ("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
+              ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")]
+    chosen = resolve(list(SLOTS), served_resources(Client(api.url)))
+    assert chosen["rayclusters.ray.io"] is None  # not installed: skipped, not an error
+    for g, v, plural, kind in served:
+        api.serve(g, v, plural, kind)
+    chosen = resolve(list(SLOTS), served_resources(Client(api.url)))
+    got = {n: (r.api_version, r.kind) for n, r in chosen.items() if r is not None and r.group not in ("", "batch")}
+    assert got == {"rayclusters.ray.io": ("ray.io/v1", "RayCluster"), "rayjobs.ray.io": ("ray.io/v1", "RayJob"),
+                   "trainjobs.trainer.kubeflow.org": ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
+                   "pytorchjobs.kubeflow.org": ("kubeflow.org/v1", "PyTorchJob"),
+                   "mpijobs.kubeflow.org": ("kubeflow.org/v2beta1", "MPIJob"),
+                   "leaderworkersets.leaderworkerset.x-k8s.io": ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")}
+    assert chosen["rayjobs.ray.io"].path("ml") == "/apis/ray.io/v1/namespaces/ml/rayjobs"
