@@ -182,6 +182,7 @@ def scheduled_at(nodes: int, minutes: float, memory_limit: str | None,
         try:
             for label, sql_dir in sql_dirs.items():
                 work = Path(tmp) / label
+                work.mkdir()
                 settings = config.load(overrides={"data": str(work / "data"), "memory_limit": memory_limit},
                                        environ={})
                 _k8s(settings, work, max(nodes, 16), minutes / 60)
