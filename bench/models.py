@@ -1,8 +1,12 @@
 """Model build benchmark: a full build over N hours of an M-node cluster at 15 s, a rebuild after one more
 minute of data, four more such rebuilds (what a live 30 s schedule does; their median is ``steady_rebuild_s``),
 four scheduled builds as ``gangscope run`` does them at most intervals (the models the findings need, a
-minute each), and a diagnose (staleness check + reading marts.findings). Ends with
-``models: build_s=<s> rebuild_s=<s> steady_rebuild_s=<s> scheduled_s=<s> diagnose_s=<s> build_rss_mb=<peak>``
+minute each), and a diagnose (staleness check + reading marts.findings). Then, per fleet size of
+``--scheduled-nodes`` (default 128 and 1,280 nodes x 8 GPUs), a fresh lake of ``--scheduled-minutes`` (30) of
+history, its full build, one rebuild and four scheduled builds a minute each (their median is
+``scheduled_s_<nodes>``). Ends with
+``models: build_s=<s> rebuild_s=<s> steady_rebuild_s=<s> scheduled_s=<s> diagnose_s=<s> build_rss_mb=<peak>
+scheduled_s_<nodes>=<s> ...``
 (targets at 128 nodes x 6 h on 2 cores: build < 60, a rebuild < 3 (10 % of a 30 s schedule, issue 16), diagnose < 3,
 RSS < 1024): the peak RSS is this process's from the start of the full build on (the data
 generation before it does not count; what it left in memory does).
@@ -149,13 +153,91 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _scheduled(settings: config.Settings, con, nodes: int, tick: int, sql_dir: Path | None = None,
+               rounds: int = 4) -> list[float]:
+    """Scheduled builds as ``gangscope run`` does them at most intervals (the models the findings need),
+    each after one more minute of samples from round ``tick`` on."""
+    from pipeline import models
+
+    out = []
+    for k in range(rounds):
+        _samples(con, nodes, tick + 4 * k, tick + 4 * (k + 1))
+        t = time.perf_counter()
+        models.build(settings, con, only_stale=True, first=("marts.findings", "marts.jobs"), rest=False,
+                     **({"sql_dir": sql_dir} if sql_dir else {}))
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def scheduled_at(nodes: int, minutes: float, memory_limit: str | None,
+                 sql_dirs: dict[str, Path | None]) -> dict[str, tuple[float, float]]:
+    """label -> (median scheduled build, full build) seconds on a fresh lake of ``nodes`` x 8 GPUs with
+    ``minutes`` of history, one lake per models directory (the same data), their scheduled builds interleaved
+    so that each sees the same load: the full build, the first rebuild (it reads past the full build's one
+    unsorted file) untimed."""
+    from pipeline import lake, models
+
+    with tempfile.TemporaryDirectory() as tmp:
+        lakes, cons, ticks = {}, [], int(minutes * 4)
+        try:
+            for label, sql_dir in sql_dirs.items():
+                work = Path(tmp) / label
+                work.mkdir()
+                settings = config.load(overrides={"data": str(work / "data"), "memory_limit": memory_limit},
+                                       environ={})
+                _k8s(settings, work, max(nodes, 16), minutes / 60)
+                con = lake.connect(settings)
+                cons.append(con)
+                t = time.perf_counter()
+                _series(con, nodes, days=int((ticks + 40) * 15 // 86400) + 2)
+                n = _samples(con, nodes, 0, ticks)
+                print(f"{nodes} nodes ({label}): generated {n:,} samples in {time.perf_counter() - t:.1f}s", flush=True)
+                kw = {"sql_dir": sql_dir} if sql_dir else {}
+                t = time.perf_counter()
+                models.build(settings, con, **kw)
+                lakes[label] = (settings, con, sql_dir, time.perf_counter() - t)
+                _samples(con, nodes, ticks, ticks + 4)
+                models.build(settings, con, only_stale=True, **kw)
+            runs: dict[str, list[float]] = {label: [] for label in lakes}
+            for k in range(4):
+                for label, (settings, con, sql_dir, _) in lakes.items():
+                    runs[label] += _scheduled(settings, con, nodes, ticks + 4 + 4 * k, sql_dir, rounds=1)
+        finally:
+            for con in cons:
+                con.close()
+    out = {}
+    for label, (_, _, _, full_s) in lakes.items():
+        print(f"{nodes} nodes ({label}): full build {full_s:.1f}s; scheduled builds, a minute each: "
+              + ", ".join(f"{s:.2f}s" for s in runs[label]), flush=True)
+        out[label] = statistics.median(runs[label]), full_s
+    return out
+
+
+def _models_at(ref: str) -> Path:
+    """The sql/ directory of git ``ref`` (e.g. main), extracted to a temporary directory left for the OS."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    out = Path(tempfile.mkdtemp(prefix="gangscope-sql-"))
+    archive = subprocess.run(["git", "-C", str(root), "archive", ref, "sql"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out / "sql"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=128)
     ap.add_argument("--hours", type=float, default=6.0)
     ap.add_argument("--keep", metavar="DIR", help="keep the lake in DIR")
     ap.add_argument("--memory-limit", help="the memory_limit setting (default: the settings' default; '' : none)")
+    ap.add_argument("--scheduled-nodes", default="128,1280",
+                    help="fleet sizes (nodes x 8 GPUs) whose scheduled build is timed, comma-separated ('' none)")
+    ap.add_argument("--scheduled-minutes", type=float, default=30.0, help="history in each of those lakes")
+    ap.add_argument("--baseline-ref", metavar="REF",
+                    help="also time those scheduled builds with the models of git REF (e.g. main) on a second lake, "
+                         "interleaved: scheduled_base_s_<nodes> and scheduled_ratio_<nodes> (base / this)")
     args = ap.parse_args(argv)
+    sizes = [int(x) for x in args.scheduled_nodes.split(",") if x.strip()]
     from pipeline import lake, models
     from reports import diagnose
 
@@ -204,12 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         print("next rebuilds, a minute each: " + ", ".join(f"{s:.2f}s" for s in steady), flush=True)
         # What `gangscope run`'s schedule builds at most intervals: the models the findings need (published
         # before the rest; the other marts follow every fifth interval, gangscope.app.schedule).
-        scheduled = []
-        for k in range(5, 9):
-            _samples(con, args.nodes, ticks + 4 * k, ticks + 4 * (k + 1))
-            t = time.perf_counter()
-            models.build(settings, con, only_stale=True, first=("marts.findings", "marts.jobs"), rest=False)
-            scheduled.append(time.perf_counter() - t)
+        scheduled = _scheduled(settings, con, args.nodes, ticks + 20)
         print("scheduled builds (findings first, the rest left), a minute each: "
               + ", ".join(f"{s:.2f}s" for s in scheduled), flush=True)
         models.build(settings, con, only_stale=True)  # the rest, as every fifth interval does: diagnose finds none
@@ -222,8 +299,19 @@ def main(argv: list[str] | None = None) -> int:
         diagnose_s = time.perf_counter() - t
         con.close()
         print(f"findings: {len(rows)}")
+    dirs: dict[str, Path | None] = {"this": None}
+    if args.baseline_ref:
+        dirs["base"] = _models_at(args.baseline_ref)
+    at = {n: scheduled_at(n, args.scheduled_minutes, args.memory_limit, dirs) for n in sizes}
+    extra = ""
+    for n, got in at.items():
+        extra += f" scheduled_s_{n}={got['this'][0]:.2f}"
+        if "base" in got:
+            extra += (f" scheduled_base_s_{n}={got['base'][0]:.2f}"
+                      f" scheduled_ratio_{n}={got['base'][0] / got['this'][0]:.2f}")
     print(f"models: build_s={build_s:.1f} rebuild_s={rebuild_s:.1f} steady_rebuild_s={statistics.median(steady):.1f} "
-          f"scheduled_s={statistics.median(scheduled):.1f} diagnose_s={diagnose_s:.2f} build_rss_mb={build_rss_mb:.0f}")
+          f"scheduled_s={statistics.median(scheduled):.1f} diagnose_s={diagnose_s:.2f} build_rss_mb={build_rss_mb:.0f}"
+          + extra)
     return 0
 
 

@@ -11,8 +11,10 @@ Header comments a model may carry (first lines of the file):
 column it reads up to) and ``-- lookback_s: <seconds>``. An incremental model filters its input
 with ``ts > getvariable('watermark')``; the runner sets that variable to the input's high-water
 mark of the last build minus the lookback, deletes the model's rows after it and inserts the
-fresh ones, so one more minute of data never rebuilds the whole day. A whole build is one
-transaction. See docs/models.md.
+fresh ones, so one more minute of data never rebuilds the whole day. An incremental model with
+``-- unique_key: <column>`` instead of a watermark only ever appends rows of new keys: it reads itself
+(``WHERE key NOT IN (SELECT key FROM <itself>)``), and a from-scratch build starts it empty. A whole build
+is one transaction. See docs/models.md.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 LAYERS = ("staging", "intermediate", "marts")
 SOURCE_SCHEMAS = ("raw",)
 STATE_TABLE = "staging._model_builds"
-_HEADER = re.compile(r"^--\s*(materialized|watermark|watermark_from|lookback_s)\s*:\s*(\S+)\s*$", re.M)
+_HEADER = re.compile(r"^--\s*(materialized|watermark|watermark_from|lookback_s|unique_key)\s*:\s*(\S+)\s*$", re.M)
 WATERMARKS = "staging._model_watermarks"
 
 
@@ -61,6 +63,7 @@ class Model:
     watermark_from: str | None = None  # schema.table.column of the input the model reads up to
     lookback_s: float = 0.0
     refs: set[str] = field(default_factory=set)
+    unique_key: str | None = None  # an incremental model that appends rows of new keys only
 
     @property
     def table(self) -> str:
@@ -112,11 +115,12 @@ def discover(sql_dir: Path = SQL_DIR) -> dict[str, Model]:
             mat = header.get("materialized", "table")
             if mat not in ("table", "view", "incremental"):
                 raise UserError(f"model {path}: unknown materialization {mat!r} (table, view, incremental)")
-            if mat == "incremental" and "watermark" not in header:
-                raise UserError(f"model {path}: incremental models need a '-- watermark: <column>' line")
+            if mat == "incremental" and ("watermark" in header) == ("unique_key" in header):
+                raise UserError(f"model {path}: incremental models need one '-- watermark: <column>' or "
+                                "'-- unique_key: <column>' line")
             body = sql.strip().rstrip(";")
             m = Model(layer, path.stem, path, body, mat, header.get("watermark"), header.get("watermark_from"),
-                      float(header.get("lookback_s", 0)), _refs(body, path))
+                      float(header.get("lookback_s", 0)), _refs(body, path), header.get("unique_key"))
             models[m.table] = m
     return models
 
@@ -278,14 +282,37 @@ def _save_marks(con: duckdb.DuckDBPyConnection, marks: dict[str, tuple[object, s
                 [v for n in names for v in (n, *marks[n])])
 
 
+def _build_keyed(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: dict[str, str],
+                 marks: dict[str, tuple[object, str]], new_marks: dict[str, tuple[object, str]],
+                 variables: str) -> bool:
+    """An incremental model with a ``unique_key``: append the rows of keys it has not got. Its hash covers the
+    variables too (rows are never recomputed, so a changed signal map or threshold must start it over)."""
+    digest = hashlib.sha256((m.sql + "\0" + variables).encode()).hexdigest()[:16]
+    old = marks.get(m.table)
+    inc = not full and old is not None and old[1] == digest and existing.get(m.table) == "TABLE"
+    if inc:
+        con.execute(f"INSERT INTO {m.table} SELECT * FROM ({m.sql})")
+    else:
+        # Empty first (the model reads its own keys; an empty table has no files to read while replaced).
+        if existing.get(m.table, "TABLE") != "TABLE":
+            con.execute(f"DROP {existing[m.table]} {m.table}")
+        con.execute(f"CREATE OR REPLACE TABLE {m.table} AS SELECT NULL AS {m.unique_key} WHERE false")
+        con.execute(f"CREATE OR REPLACE TABLE {m.table} AS {m.sql}")
+        existing[m.table] = "TABLE"
+    new_marks[m.table] = (None, digest)
+    return inc
+
+
 def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: dict[str, str],
                seen: dict[str, object], marks: dict[str, tuple[object, str]],
-               new_marks: dict[str, tuple[object, str]]) -> bool:
+               new_marks: dict[str, tuple[object, str]], variables: str = "") -> bool:
     """Build one model; returns True when it was an incremental append. An incremental model's new mark
     goes to ``new_marks`` (saved with the build)."""
     if m.materialized == "view":
         _replace(con, m, "VIEW", existing)
         return False
+    if m.materialized == "incremental" and m.unique_key:
+        return _build_keyed(con, m, full, existing, marks, new_marks, variables)
     if m.materialized == "incremental":
         # The SQL's hash is kept with the mark: an edited model is rebuilt from scratch, not appended to.
         digest = hashlib.sha256(m.sql.encode()).hexdigest()[:16]
@@ -303,6 +330,11 @@ def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: d
         return inc
     _replace(con, m, "TABLE", existing)
     return False
+
+
+def build_one(con: duckdb.DuckDBPyConnection, table: str, sql_dir: Path = SQL_DIR) -> None:
+    """Build one model from scratch, its inputs already in the lake: for checking one model's SQL alone."""
+    _build_one(con, discover(sql_dir)[table], True, _existing(con), {}, {}, {})
 
 
 def needed_by(plan: list[Model], targets: tuple[str, ...]) -> set[str]:
@@ -342,7 +374,9 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
             stale, known["state"], known["existing"] = _staleness(con, defs, sql_dir)
             if not stale:
                 return BuildStats()
-        set_variables(con, sql_variables(settings))
+        variables = sql_variables(settings)
+        set_variables(con, variables)
+        var_text = json.dumps(variables, sort_keys=True, default=str)
         head = needed_by(plan, first)
         parts = [[m for m in plan if m.table in head], [m for m in plan if m.table not in head]] if head else [plan]
         if head and not rest:
@@ -356,7 +390,7 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
             with lake.COMMIT_LOCK:  # landings in this process wait: see lake.COMMIT_LOCK
                 s = lake.retry(lambda part=part, last=last: _build_all(
                     con, part, full, defs, last, stats.source_state or known.get("state"),
-                    known.pop("existing", None)), attempts=5)  # the listing read once: a retry lists again
+                    known.pop("existing", None), var_text), attempts=5)  # the listing read once: a retry lists again
             stats.source_state = stats.source_state or s.source_state
             stats.models += s.models
             stats.seconds += s.seconds
@@ -373,8 +407,8 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
 
 
 def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, defs: str,
-               record: bool = True, state: str | None = None, existing: dict[str, str] | None = None
-               ) -> BuildStats:
+               record: bool = True, state: str | None = None, existing: dict[str, str] | None = None,
+               variables: str = "") -> BuildStats:
     stats = BuildStats()
     t0 = time.perf_counter()
     con.execute("BEGIN TRANSACTION")
@@ -388,7 +422,7 @@ def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, de
         for m in plan:
             t = time.perf_counter()
             try:
-                inc = _build_one(con, m, full, existing, seen, marks, new_marks)
+                inc = _build_one(con, m, full, existing, seen, marks, new_marks, variables)
             except duckdb.Error as e:
                 if lake.is_conflict(e) or lake.is_unavailable(e):  # not the model's fault: said as it is
                     raise

@@ -45,6 +45,9 @@ WHERE o.observed_at < $cutoff
 """
 # A series row is day-scoped (pipeline/decode.py: series_ids): a day before the cutoff's has no sample left.
 SERIES_DELETE = "DELETE FROM raw.metric_series WHERE day < CAST(timezone('UTC', $cutoff::TIMESTAMPTZ) AS DATE)"
+# The per-series model keeps its rows (it only appends new ids): the same days go, so it stays what a full
+# build from the retained raw rows would make.
+MODEL_SERIES_DELETE = SERIES_DELETE.replace("raw.metric_series", "staging.stg_metric_series")
 # kafka_offsets is append-only and read as max(next_offset) per partition and topic_id (pipeline/lake.py):
 # a row with a greater one beside it is dead weight, whatever its age.
 OFFSETS_DELETE = """
@@ -116,6 +119,7 @@ def apply(
         plan = [("raw.k8s_objects", K8S_DELETE, stats.raw_cutoff), ("raw.kafka_offsets", OFFSETS_DELETE, None)]
         plan += [(t, f"DELETE FROM {t} WHERE {c} < $cutoff", stats.raw_cutoff) for t, c in RAW_TIME.items()]
         plan.append(("raw.metric_series", SERIES_DELETE, stats.raw_cutoff))
+        plan.append(("staging.stg_metric_series", MODEL_SERIES_DELETE, stats.raw_cutoff))
         plan += [(t, f"DELETE FROM {t} WHERE {c} < $cutoff", stats.marts_cutoff) for t, c in MARTS_TIME.items()]
         for table, sql, cutoff in plan:
             if not _exists(con, table):

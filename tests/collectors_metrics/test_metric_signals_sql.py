@@ -44,6 +44,7 @@ class Lake:
             "cluster", "ts", "metric", "labels", "value", "node", "target", "job", "instance"]))
         self.rows = []
         models.set_variables(self.con, sql_variables(self.settings))
+        models.build_one(self.con, "staging.stg_metric_series")
         self.con.execute("SET VARIABLE watermark = '-infinity'::TIMESTAMPTZ")
         cur = self.con.execute((SQL / "stg_metric_signals.sql").read_text())
         cols = [d[0] for d in cur.description]
@@ -181,8 +182,11 @@ def test_incremental_build_matches_full_build(lk: Lake) -> None:
 def test_model_files_parse_for_the_runner() -> None:
     found = models.discover()
     sig, health = found["staging.stg_metric_signals"], found["staging.stg_scrape_health"]
-    assert sig.refs == {"raw.metric_series", "raw.metric_points", "staging.stg_node_addresses"}
+    series = found["staging.stg_metric_series"]
+    assert sig.refs == {"staging.stg_metric_series", "raw.metric_points", "staging.stg_node_addresses"}
     assert (sig.materialized, sig.watermark) == ("incremental", "ts")
+    assert series.refs == {"raw.metric_series", "staging.stg_metric_series"}  # it reads its own keys
+    assert (series.materialized, series.unique_key, series.watermark) == ("incremental", "series", None)
     assert health.refs == {"raw.scrapes"}
 
 

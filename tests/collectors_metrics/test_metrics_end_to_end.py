@@ -46,6 +46,7 @@ def test_collect_once_lands_and_models_signals(settings: config.Settings, tmp_pa
         con.execute("CREATE TABLE staging.stg_node_addresses AS SELECT 'c1' AS cluster, 'ib-node' AS node, "
                     "'127.0.0.1' AS address")
         models.set_variables(con, sql_variables(settings))
+        models.build_one(con, "staging.stg_metric_series")
         con.execute("SET VARIABLE watermark = '-infinity'::TIMESTAMPTZ")
         cur = con.execute((SQL / "stg_metric_signals.sql").read_text())
         cols = [d[0] for d in cur.description]

@@ -169,6 +169,7 @@ def test_dump_named_after_its_node_joins_by_instance(settings: config.Settings, 
                     "('default', 'gpu-node-7', 'gpu-node-7'), ('default', 'gpu-node-7', '10.0.3.7')) "
                     "t(cluster, node, address)")
         models.set_variables(con, sql_variables(settings))
+        models.build_one(con, "staging.stg_metric_series")
         con.execute("SET VARIABLE watermark = '-infinity'::TIMESTAMPTZ")
         sql = (Path(__file__).resolve().parents[2] / "sql" / "staging" / "stg_metric_signals.sql").read_text()
         cur = con.execute(sql)

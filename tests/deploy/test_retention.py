@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from gangscope.config import Settings
-from pipeline import lake, retention
+from pipeline import lake, models, retention
 from pipeline.land import insert_samples
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -79,6 +79,8 @@ def test_retention_removes_old_rows_and_files_and_nothing_else(filled) -> None:
     settings, con, old_files, recent_files = filled
     old_series = con.execute("SELECT count(*) FROM raw.metric_series WHERE metric = 'old'").fetchone()[0]
     assert old_series in (1, 2)  # one per UTC day its 1000 s touch
+    models.set_variables(con, models.sql_variables(settings))
+    models.build_one(con, "staging.stg_metric_series")  # the per-series model keeps rows: retention trims it too
     stats = retention.apply(settings, con=con, now=NOW)
 
     assert con.execute("SELECT metric, count(*) FROM raw.metric_samples GROUP BY ALL").fetchall() == [("recent", 1000)]
@@ -91,8 +93,10 @@ def test_retention_removes_old_rows_and_files_and_nothing_else(filled) -> None:
     assert k8s[1][2] == NOW - timedelta(hours=1)
     assert con.execute("SELECT job FROM marts.findings ORDER BY job").fetchall() == [("ended-30d",), ("ongoing",)]
     assert con.execute("SELECT DISTINCT metric FROM raw.metric_series").fetchall() == [("recent",)]
+    assert con.execute("SELECT DISTINCT metric FROM staging.stg_metric_series").fetchall() == [("recent",)]
     assert stats.deleted == {"raw.k8s_objects": 5, "raw.kafka_offsets": 1, "raw.metric_points": 1000, "raw.scrapes": 1,
-                             "raw.dead_letters": 1, "raw.metric_series": old_series, "marts.findings": 1}
+                             "raw.dead_letters": 1, "raw.metric_series": old_series,
+                             "staging.stg_metric_series": old_series, "marts.findings": 1}
 
     # The old Parquet file is gone from disk; the recent one is still there and still read.
     remaining = _files(settings, "metric_points")
