@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gangscope import logs
 from gangscope.app.cli import main
 from gangscope.transport.broker import EmbeddedBroker
 from tests.collectors_k8s.test_k8s_replay_capture import k8s_file
@@ -115,3 +117,37 @@ def test_replay_subprocess_has_no_cancelled_noise_but_broker_errors_still_show(t
     err = "".join(lines)
     assert CANCELLED not in err
     assert re.search(r" ERROR kafka\.cluster: Metadata refresh: failed (?!Cancelled)\w+", err), err
+
+
+def _transport_record(exc: BaseException, transport: str) -> logging.LogRecord:
+    try:
+        raise exc
+    except BaseException:
+        return logging.getLogger("kafka.net.transport").makeRecord(
+            "kafka.net.transport", logging.ERROR, __file__, 1, "%s: Error receiving network data closing socket",
+            (transport,), sys.exc_info())
+
+
+def test_a_connection_closed_under_its_reader_is_not_an_error_but_a_broken_socket_still_is():
+    """kafka-python 3.0 logs an ERROR traceback when a client closes a connection its I/O thread is reading (the
+    socket already None): every `gangscope run` stop printed one. That record goes; a real receive error stays."""
+    logs.setup("INFO")
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    transport = logging.getLogger("kafka.net.transport")
+    transport.addHandler(handler)
+    try:
+        try:
+            None.recv(4096)  # type: ignore[attr-defined]  # what kafka-python does on a closed transport
+        except AttributeError as e:
+            closed = e
+        transport.handle(_transport_record(closed, "<KafkaTCPTransport [none] (closed)>"))
+        transport.handle(_transport_record(ConnectionResetError(104, "Connection reset by peer"),
+                                           "<KafkaTCPTransport [node 1] (closed)>"))
+        transport.handle(_transport_record(closed, "<KafkaTCPTransport [node 1] (connected)>"))
+    finally:
+        transport.removeHandler(handler)
+    assert [(type(r.exc_info[1]).__name__, r.args[0]) for r in seen if r.exc_info] == [
+        ("ConnectionResetError", "<KafkaTCPTransport [node 1] (closed)>"),
+        ("AttributeError", "<KafkaTCPTransport [node 1] (connected)>")]

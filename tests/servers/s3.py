@@ -136,7 +136,9 @@ class S3Server:
         """Launch on this server's ports and data directory (again after ``stop``: the objects are kept)."""
         weed = binary()
         p = self.ports
-        args = [str(weed), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={self.directory / 'data'}",
+        # -logdir: glog's files beside weed.log, not in /tmp
+        args = [str(weed), f"-logdir={self.directory}", "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                f"-dir={self.directory / 'data'}",
                 "-master.telemetry=false", f"-master.port={p['master']}", f"-master.port.grpc={p['master_grpc']}",
                 "-master.volumeSizeLimitMB=64", "-master.electionTimeout=2s", "-volume.max=0",
                 f"-volume.port={p['volume']}", f"-volume.port.grpc={p['volume_grpc']}",
