@@ -4,14 +4,18 @@ The lake is the source of truth for progress: on every assignment a partition is
 the next offset stored in ``raw.kafka_offsets`` (from the beginning if none), and Kafka's
 committed offsets, written after each lake commit, are only advisory (for lag monitoring).
 On revocation, records buffered for the lost partitions are dropped un-landed; their new
-owner reads them again from the stored offsets.
+owner reads them again from the stored offsets. A group member claims its partitions on every assignment
+(``pipeline.land.claim``): a batch it still had in hand after the group gave up on it is not landed beside
+the new owner's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +30,7 @@ from gangscope import telemetry
 from gangscope.config import Settings
 from gangscope.transport import kafka as pkafka
 from pipeline import lake
-from pipeline.land import LandStats, Prepared, Record, merge, prepare, split, stored_offsets, write
+from pipeline.land import LandStats, Prepared, Record, claim, merge, prepare, split, stored_offsets, write
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +104,10 @@ class _Lander:
     writer thread was slower still, and so were decoder processes (docs/lake.md).
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, ids: dict[str, str], decoders: int = DECODERS) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, ids: dict[str, str], decoders: int = DECODERS,
+                 claims: dict[tuple[str, int], str] | None = None) -> None:
         self.con, self.ids = con, ids
+        self.claims = claims  # the loop's claim per owned partition (it updates it), None: no claims
         self.jobs: queue.Queue[tuple[int, list[Record]] | None] = queue.Queue(maxsize=1)
         self.cond = threading.Condition()
         self.decoded: dict[int, Prepared] = {}  # by sequence number, until the writer takes it in order
@@ -164,7 +170,8 @@ class _Lander:
                     merged = merge(preps)
                     # An object store or catalog away: the batch waits (the decoders and then the consuming thread
                     # with it, Kafka keeping the records) and lands once the lake is back; /healthz says degraded.
-                    stats = lake.outlast(lambda m=merged: write(self.con, m, self.ids), "landing", beat=_beat)
+                    stats = lake.outlast(lambda m=merged: write(self.con, m, self.ids, self.claims), "landing",
+                                         beat=_beat)
                     results = split(stats, preps)
                     self.landed_at = time.monotonic()
             except BaseException as e:  # reported on the consuming thread
@@ -210,7 +217,8 @@ class _Lander:
 
 
 class _Loop:
-    def __init__(self, settings: Settings, bootstrap: str) -> None:
+    def __init__(self, settings: Settings, bootstrap: str, claiming: bool = True) -> None:
+        """``claiming``: a group member (claims what it is assigned); a bounded drain takes partitions without."""
         self.settings = settings
         self.topics = list(pkafka.topics(settings).values())
         pkafka.ensure_topics(settings, bootstrap)
@@ -232,7 +240,8 @@ class _Loop:
             raise
         self.join: Callable[[], None] | None = None  # how the consumer takes its partitions (``run`` sets it)
         self.sought: list[TopicPartition] = []  # what the last stall check re-sought
-        self.lander = _Lander(self.con, self.ids)
+        self.claims: dict[tuple[str, int], str] | None = {} if claiming else None
+        self.lander = _Lander(self.con, self.ids, claims=self.claims)
         self.buffer: list[Record] = []
         self.buffer_bytes = 0
         self.first_buffered = 0.0
@@ -247,10 +256,17 @@ class _Loop:
 
     def assign(self, assigned: set[TopicPartition]) -> None:
         self.collect(wait=True)
-        stored = _stored(self)
+        if self.claims is None:
+            stored = _stored(self)
+        else:
+            parts = sorted((tp.topic, tp.partition) for tp in assigned)
+            owner = f"{socket.gethostname()}:{os.getpid()}"
+            claim_id, stored = lake.outlast(lambda: claim(self.reader, parts, self.ids, owner),
+                                            "claiming the assigned partitions", beat=_beat)
+            self.claims.update(dict.fromkeys(parts, claim_id))
         for tp in sorted(assigned):
             nxt = stored.get((tp.topic, tp.partition))
-            if nxt is None:
+            if not nxt:  # none stored (a claim stores 0): Kafka may have deleted offset 0 by now
                 self.consumer.seek_to_beginning(tp)
             else:
                 self.consumer.seek(tp, nxt)
@@ -266,6 +282,9 @@ class _Loop:
         # land before giving the partitions up; what is only buffered is dropped.
         self.collect(wait=True)
         lost = {(tp.topic, tp.partition) for tp in revoked}
+        if self.claims is not None:
+            for tp in lost:
+                self.claims.pop(tp, None)
         keep = [r for r in self.buffer if (r[0], r[1]) not in lost]
         if len(keep) != len(self.buffer):
             log.info("dropping %d buffered record(s) of %d revoked partition(s); their new owner re-reads them",
@@ -444,7 +463,7 @@ def run(settings: Settings, bootstrap: str, *, once: bool = False,
     """
     stop = stop or threading.Event()
     started = time.monotonic()
-    loop = _Loop(settings, bootstrap)
+    loop = _Loop(settings, bootstrap, claiming=until is None)
     try:
         goal: dict[tuple[str, int], int] = {}
         if once:

@@ -37,6 +37,8 @@ MODEL_SCHEMAS = SCHEMAS[1:]  # what pipeline.models builds
 # (DuckDB's Parquet writer hashes every string); see docs/lake.md for the series id.
 # raw.kafka_offsets is append-only: a partition's next offset is its greatest next_offset among rows
 # of the topic's current topic_id (a topic recreated, or an in-memory broker restarted, starts over).
+# raw.kafka_claims holds which group member owns each partition since its last assignment (pipeline/land.py:
+# claim): a writer the group gave up on must not land what the new owner re-reads.
 RAW_DDL = """
 CREATE TABLE IF NOT EXISTS raw.k8s_objects (
     cluster VARCHAR, observed_at TIMESTAMPTZ, event_type VARCHAR, api_version VARCHAR, kind VARCHAR,
@@ -60,6 +62,9 @@ CREATE TABLE IF NOT EXISTS raw.dead_letters (
 );
 CREATE TABLE IF NOT EXISTS raw.kafka_offsets (
     topic VARCHAR, "partition" INTEGER, next_offset BIGINT, landed_at TIMESTAMPTZ, topic_id VARCHAR
+);
+CREATE TABLE IF NOT EXISTS raw.kafka_claims (
+    topic VARCHAR, "partition" INTEGER, topic_id VARCHAR, claim VARCHAR, owner VARCHAR, claimed_at TIMESTAMPTZ
 );
 """
 

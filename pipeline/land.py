@@ -5,6 +5,14 @@ transaction, so after a crash the lake either holds a batch with its offsets or 
 the consumer seeks to the stored offsets on start. Inside the transaction the stored
 offsets are read again and records below them are skipped, so a batch that another
 process (or an earlier life of this one) already landed is never landed twice.
+
+That check cannot see a transaction still open elsewhere: a group member the broker gave up on (a missed
+session, a pause) may still be landing a batch of a partition while its new owner lands the same records.
+So a member *claims* its partitions when assigned (``claim``): a transaction that records it in
+``raw.kafka_claims`` and rewrites each partition's newest ``raw.kafka_offsets`` row. A landing checks, inside
+its transaction, that the partitions are still claimed by it and skips those that are not; one that was open
+while a claim committed conflicts with it (DuckLake: an insert and a delete in one table) and is run again,
+then sees the claim.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -74,6 +83,61 @@ def stored_offsets(con: duckdb.DuckDBPyConnection,
         key = (topic, int(part))
         out[key] = max(out.get(key, 0), int(nxt))
     return out
+
+
+def claim(con: duckdb.DuckDBPyConnection, parts: list[TopicPartition], topic_ids: dict[str, str],
+          owner: str) -> tuple[str, dict[TopicPartition, int]]:
+    """Claim ``parts`` for a new owner (one transaction): returns the claim's id and the stored offsets as of it.
+
+    Deleting and writing back each partition's newest offset row (one at offset 0 where none is stored) is what
+    makes a landing open meanwhile conflict, whatever partition it lands: it is run again and finds the claim."""
+    claim_id = uuid.uuid4().hex
+    if not parts:
+        return claim_id, {}
+
+    def transaction() -> dict[TopicPartition, int]:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.register("_parts", pl.DataFrame({
+                "topic": [t for t, _ in parts], "partition": pl.Series([p for _, p in parts], dtype=pl.Int32),
+                "topic_id": [topic_ids.get(t, "") for t, _ in parts]}).to_arrow())
+            try:
+                newest = con.execute(
+                    'SELECT o.topic, o."partition", o.next_offset, o.landed_at, o.topic_id FROM raw.kafka_offsets o '
+                    'JOIN _parts p ON p.topic = o.topic AND p."partition" = o."partition" '
+                    "AND (p.topic_id = '' OR coalesce(o.topic_id, '') = p.topic_id) "
+                    'QUALIFY o.next_offset = max(o.next_offset) OVER (PARTITION BY o.topic, o."partition")').fetchall()
+                con.execute('DELETE FROM raw.kafka_claims c USING _parts p WHERE c.topic = p.topic '
+                            'AND c."partition" = p."partition"')
+                now = datetime.now(UTC)
+                con.execute('INSERT INTO raw.kafka_claims SELECT topic, "partition", topic_id, ?, ?, ? FROM _parts',
+                            [claim_id, owner, now])
+            finally:
+                con.unregister("_parts")
+            if newest:
+                con.executemany('DELETE FROM raw.kafka_offsets WHERE topic = ? AND "partition" = ? '
+                                "AND next_offset = ?", [r[:3] for r in newest])
+            have = {(r[0], r[1]) for r in newest}
+            rows = list(dict.fromkeys(newest)) + [(t, p, 0, now, topic_ids.get(t, "")) for t, p in parts
+                                                  if (t, p) not in have]
+            con.executemany("INSERT INTO raw.kafka_offsets VALUES (?, ?, ?, ?, ?)", rows)
+            stored = stored_offsets(con, topic_ids)
+            con.execute("COMMIT")
+            return stored
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise
+
+    with lake.COMMIT_LOCK:
+        return claim_id, lake.retry(transaction)
+
+
+def claims_held(con: duckdb.DuckDBPyConnection, parts: list[TopicPartition]) -> dict[TopicPartition, str]:
+    """The current claim of each of ``parts`` that has one."""
+    want = set(parts)
+    rows = con.execute('SELECT topic, "partition", claim FROM raw.kafka_claims').fetchall()
+    return {(t, int(p)): c for t, p, c in rows if (t, int(p)) in want}
 
 
 def _with_kafka(df: pl.DataFrame, parts: pl.Series, offs: pl.Series) -> pl.DataFrame:
@@ -253,8 +317,15 @@ def split(stats: LandStats, preps: list[Prepared]) -> list[LandStats]:
     return out
 
 
-def write(con: duckdb.DuckDBPyConnection, prep: Prepared, topic_ids: dict[str, str] | None = None) -> LandStats:
-    """Land a prepared batch in one transaction; what turns out landed meanwhile is skipped (re-prepared)."""
+GONE = 1 << 62  # a stored offset beyond any: a partition claimed by another member is skipped whole
+
+
+def write(con: duckdb.DuckDBPyConnection, prep: Prepared, topic_ids: dict[str, str] | None = None,
+          claims: dict[TopicPartition, str] | None = None) -> LandStats:
+    """Land a prepared batch in one transaction; what turns out landed meanwhile is skipped (re-prepared).
+
+    ``claims``: a group member's claim per partition it owns (see ``claim``); records of a partition another
+    member claimed since are not landed (their new owner lands them). None: no check (files, bounded drains)."""
     stats = LandStats(records=len(prep.batch), skipped=prep.skipped, decode_s=prep.decode_s)
     if not prep.nxt:
         return stats
@@ -264,6 +335,13 @@ def write(con: duckdb.DuckDBPyConnection, prep: Prepared, topic_ids: dict[str, s
         con.execute("BEGIN TRANSACTION")
         try:
             now_stored = stored_offsets(con, topic_ids)
+            lost = {} if claims is None else {
+                tp: GONE for tp, c in claims_held(con, list(prep.nxt)).items() if c != claims.get(tp)}
+            if lost:
+                con.execute("ROLLBACK")
+                log.warning("partition(s) %s were claimed by another member: their records are left to it",
+                            ", ".join(f"{t}[{p}]" for t, p in sorted(lost)))
+                return {**now_stored, **lost}
             if any(now_stored.get(tp, 0) > first for tp, first in low.items()):
                 con.execute("ROLLBACK")
                 return now_stored  # landed before (or meanwhile): start over, skipping that part
@@ -287,7 +365,7 @@ def write(con: duckdb.DuckDBPyConnection, prep: Prepared, topic_ids: dict[str, s
     stats.write_s += time.perf_counter() - t0
     if landed_before is not None:
         log.info("part of a batch was landed before; landing the rest")
-        again = write(con, prepare(prep.batch, topic_ids, landed_before), topic_ids)
+        again = write(con, prepare(prep.batch, topic_ids, landed_before), topic_ids, claims)
         again.decode_s += stats.decode_s
         again.write_s += stats.write_s
         return again

@@ -53,17 +53,28 @@ def pytest_configure(config: pytest.Config) -> None:
 # Tests whose binaries .ci/run builds in the background (tests/servers/gobuild.py): last, so the build has the
 # whole run to finish; the real control plane's files (tests/k8s_real/) in one worker, so one control plane starts.
 LAST = ("/tests/k8s_real/", "/tests/deploy/test_helm_chart.py", "/tests/deploy/test_object_storage.py")
+# The other files of several minutes each (--durations): first.
+LONG = ("/tests/e2e/",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The live end-to-end files first (minutes each, mostly waiting on simulated time), then the other files
-    largest first: with the workers of ``-n 2 --dist loadfile`` the long ones run beside the rest; the tests that
-    wait for the background Go build last."""
+    """The longest files first (minutes each, mostly waiting on servers and simulated time), then the others
+    largest first: with the workers of ``-n 2 --dist loadfile`` the long ones run beside the rest and no worker
+    is left with one at the end. While the background Go build runs, the tests that wait for it go last instead
+    (with the binaries cached it is over before the tests start)."""
+    from tests.servers import gobuild
+
+    building = gobuild.running()
     per_file: dict[Path, int] = {}
     for item in items:
         per_file[item.path] = per_file.get(item.path, 0) + 1
-    items.sort(key=lambda item: (any(x in str(item.path) for x in LAST), "/tests/e2e/" not in str(item.path),
-                                 -per_file[item.path]))
+
+    def key(item: pytest.Item) -> tuple[bool, bool, int]:
+        path = str(item.path)
+        last = any(x in path for x in LAST)
+        return building and last, not (any(x in path for x in LONG) or (last and not building)), -per_file[item.path]
+
+    items.sort(key=key)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:

@@ -13,7 +13,8 @@ PID_FILE = Path.home() / ".cache" / "gangscope-builds.pid"
 LOG_FILE = Path.home() / ".cache" / "gangscope-builds.log"
 
 
-def _running() -> bool:
+def running() -> bool:
+    """A background build (``.ci/run``) is under way."""
     try:
         pid = int(PID_FILE.read_text().strip())
         os.kill(pid, 0)
@@ -26,7 +27,7 @@ def wait(timeout_s: float = 3600.0, done: Callable[[], bool] | None = None) -> N
     """Return once no background build runs, or once ``done()`` says what the caller needs is built (at most
     ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
-    while _running() and time.monotonic() < deadline and not (done and done()):
+    while running() and time.monotonic() < deadline and not (done and done()):
         time.sleep(5)
 
 
