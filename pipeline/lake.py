@@ -144,9 +144,12 @@ COMMIT_LOCK = threading.RLock()
 
 
 def is_conflict(e: BaseException) -> bool:
-    """A transient catalog conflict that a retry resolves (SQLite lock, DuckLake commit race)."""
+    """A transient catalog conflict that a retry resolves (SQLite lock, DuckLake commit race; DuckLake's own retries
+    of a commit that lost the race for the next snapshot id ten times, met with a model build beside two writers
+    landing every half second on a loaded machine)."""
     text = str(e).lower()
-    return any(s in text for s in ("database is locked", "conflict", "busy", "could not serialize"))
+    return any(s in text for s in ("database is locked", "conflict", "busy", "could not serialize",
+                                   "exceeded the maximum retry count"))
 
 
 def retry(fn: Callable[[], T], attempts: int = 30, base_s: float = 0.05) -> T:

@@ -57,3 +57,25 @@ def test_outlast_runs_a_landing_again_after_the_catalog_aborted_its_transaction(
     assert len(calls) == 3
     with pytest.raises(duckdb.CatalogException):
         lake.outlast(lambda: (_ for _ in ()).throw(duckdb.CatalogException(REFUSALS_AND_BUGS[2][1])), "landing")
+
+
+def test_a_commit_past_ducklake_s_own_retries_is_a_conflict_run_again() -> None:
+    """A model build beside two writers landing every half second lost the race for the next snapshot id more times
+    than DuckLake retries (tests/deploy/test_object_storage.py, loaded machine); as a conflict it is run again,
+    where it failed the build and /healthz said unhealthy."""
+    e = duckdb.TransactionException(
+        "TransactionContext Error: Failed to commit: Failed to commit DuckLake transaction.\nExceeded the maximum "
+        "retry count of 10 set by the ducklake_max_retry_count setting.\n. Consider increasing the value with: e.g., "
+        '"SET ducklake_max_retry_count = 100;"\nFailed to flush changes into DuckLake: Failed to execute query '
+        '"INSERT INTO "public".ducklake_snapshot VALUES (115, NOW(), 13, 65, 409)": ERROR:  duplicate key value '
+        'violates unique constraint "ducklake_snapshot_pkey"')
+    assert lake.is_conflict(e)
+    calls = []
+
+    def build() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise e
+        return "built"
+
+    assert lake.retry(build, base_s=0.001) == "built" and len(calls) == 3
