@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from gangscope import clock
 from gangscope.errors import UserError
 from gangscope.records import WATCH_TYPES, K8sEvent, parse_rfc3339, rfc3339
 from gangscope.timesanity import DEFAULT_SKEW_S, check_object, check_time
@@ -61,7 +62,7 @@ def parse_line(line: str, cluster: str, where: str, skew_s: float = DEFAULT_SKEW
     """
     if not line.strip():
         return None
-    now = datetime.now(UTC)
+    now = clock.now()  # received now: on a sandbox's clock, its time line
     if len(line) > max_bytes:
         return K8sEvent(cluster, "ADDED", now, rejected=f"{where}: line of {len(line)} bytes exceeds "
                                                          f"kafka.max_record_bytes ({max_bytes})")

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Iterator
 from itertools import islice
 
 from collectors.metrics.parse import Parsed, parse_text
+from gangscope import clock
 from gangscope.errors import UserError
 from gangscope.records import ScrapeBatch
 from gangscope.timesanity import DEFAULT_SKEW_S, EARLIEST_MS, check_ms
@@ -136,7 +136,7 @@ def read_metrics_file(
             if parsed.errors:
                 line, reason = parsed.errors[0]
                 raise UserError(f"{path}:{line}: {reason}")
-            now_ms = int(time.time() * 1000)
+            now_ms = clock.now_ms()  # received now: on a sandbox's clock, its time line
             latest_ok = now_ms + int(skew_s * 1000)
             refused: ScrapeBatch | None = None
             for name, labels, value, ts, line in zip(parsed.metric, parsed.labels, parsed.value, parsed.ts_ms,

@@ -17,10 +17,13 @@ The scenario is generated exactly as ``gangscope simulate`` writes it (``k8s.jso
   (``/api/v1/namespaces/NS/pods/NAME:PORT/proxy/metrics``) reaches each, so ``gangscope run`` with only the
   kubeconfig discovers and scrapes them as it would a real cluster's from outside.
 
-The clock reads the wall clock at start and runs ``speed`` times faster. ``gangscope.yaml`` beside the
-kubeconfig carries the kubeconfig, the targets and the clock, so ``gangscope run --config`` observes
-on the same time line. Objects are served in the API version the scenario wrote them (the sandbox does
-no conversion): the few Kueue Workloads written in v1beta1 also appear on a v1beta2 watch as v1beta1.
+The clock reads the wall clock at start and runs ``speed`` times faster (faster than real time, it starts at the
+scenario's first second, the cluster set up, once the scenario is generated: no minute of it plays before the API
+server serves).
+``gangscope.yaml`` beside the kubeconfig carries the kubeconfig, the targets and the clock, so ``gangscope run
+--config`` observes (and ``gangscope replay --config`` receives) on the same time line. Objects are served in the
+API version the scenario wrote them (the sandbox does no conversion): the few Kueue Workloads written in v1beta1
+also appear on a v1beta2 watch as v1beta1.
 """
 
 from __future__ import annotations
@@ -62,6 +65,17 @@ RESOURCES = (
     ("scheduling.k8s.io", ("v1alpha2",), "workloads", "Workload", True),
     ("scheduling.k8s.io", ("v1alpha2",), "podgroups", "PodGroup", True),
 )
+# The CRDs of the operators teams submit jobs through (issue 33), at the version discovery prefers
+# (collectors/k8s/discovery.py): served when the scenario submits one of their kinds, as a cluster serves them
+# once the operator is installed (KubeRay installs RayJob with RayCluster).
+OPERATORS = (
+    (("ray.io", ("v1",), "rayclusters", "RayCluster", True), ("ray.io", ("v1",), "rayjobs", "RayJob", True)),
+    (("trainer.kubeflow.org", ("v1alpha1",), "trainjobs", "TrainJob", True),),
+    (("kubeflow.org", ("v1",), "pytorchjobs", "PyTorchJob", True),),
+    (("kubeflow.org", ("v2beta1",), "mpijobs", "MPIJob", True),),
+    (("leaderworkerset.x-k8s.io", ("v1",), "leaderworkersets", "LeaderWorkerSet", True),),
+)
+SETUP_S = 1.0  # the simulator writes the cluster (Nodes, Kueue queues, Topology) in the scenario's first second
 PIPELINE_FLUSH_S = 2.0  # gangscope's default pipeline.flush_seconds
 _LABEL = re.compile(rb',?\b(?:job|instance)="[^"]*"')
 _JOB = re.compile(rb'\bjob="([^"]*)",instance="([^"]*)"')
@@ -131,8 +145,18 @@ def _add(out: dict[tuple[str, str], Exporter], key: tuple[bytes, bytes, int], st
     e.spans.append((start, end))
 
 
-def _plural(kind: str) -> str:
-    return next(p for _, _, p, k, _ in RESOURCES if k == kind)
+Resources = tuple[tuple[str, tuple[str, ...], str, str, bool], ...]
+
+
+def plurals(resources: Resources) -> dict[tuple[str, str], str]:
+    """(apiVersion, kind) -> plural, at every version served."""
+    return {(f"{g}/{v}" if g else v, k): p for g, vs, p, k, _ in resources for v in vs}
+
+
+def served(objects: set[tuple[str, str]]) -> Resources:
+    """What the sandbox serves for a scenario whose objects carry these (apiVersion, kind): RESOURCES, and the
+    CRDs of every operator that makes one of them."""
+    return RESOURCES + tuple(r for op in OPERATORS if objects & plurals(op).keys() for r in op)
 
 
 class Sandbox:
@@ -196,14 +220,23 @@ class Sandbox:
                 ev = json.loads(line)
                 at = datetime.fromisoformat(ev.pop("observedAt").replace("Z", "+00:00")).timestamp()
                 self._events.append((at, ev))
+        wanted = {(ev["object"]["apiVersion"], ev["object"]["kind"]) for _, ev in self._events}
+        resources = served(wanted)
+        self._plurals = plurals(resources)
+        missing = sorted(f"{k} {v}" for v, k in wanted if (v, k) not in self._plurals)
+        if missing:  # said now, not as a watch thread dying mid-play
+            raise ValueError(f"scenario {self.scenario} has objects of {', '.join(missing)}, which the sandbox "
+                             "does not serve (what it serves: docs/sandbox.md)")
         self._file = (g.directory / "metrics.prom").open("rb")
         self._data = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         self.exporters = index_metrics(self._data)
-        for group, versions, plural, kind, namespaced in RESOURCES:
+        for group, versions, plural, kind, namespaced in resources:
             self.api.serve(group, versions[0], plural, kind, namespaced)
             for v in versions[1:]:  # one storage, served at every version (no conversion)
                 self.api.resources[(group, v, plural)] = self.api.resources[(group, versions[0], plural)]
         self._training_pods = self._index_training_pods()
+        if self.speed != 1.0:  # a fast clock starts now, past the setup: generating would be minutes played unseen
+            self.wall_origin = time.time() - SETUP_S / self.speed
         self._play()  # the setup objects (Nodes, queues) exist before anyone lists
         self._put_exporter_pods()
         self.api.mount("/exporters/", self._serve_exporter)
@@ -245,7 +278,7 @@ class Sandbox:
         if obj["kind"] == "Pod":
             obj = self._scrape_annotated(obj)
         group, _, version = obj["apiVersion"].rpartition("/")
-        plural = _plural(obj["kind"])
+        plural = self._plurals[(obj["apiVersion"], obj["kind"])]
         meta = obj["metadata"]
         if ev["type"] == "DELETED":
             with contextlib.suppress(KeyError):  # already gone

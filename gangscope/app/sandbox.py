@@ -18,7 +18,10 @@ def register(groups: dict[str, Any], common: Any) -> None:
         "exporter, on a clock --speed times faster than real time. Writes <out>/kubeconfig (for kubectl) and "
         "<out>/gangscope.yaml (for `gangscope run --config`), and the ground truth to <out>/scenario/truth.json. "
         "Runs until the scenario ends or SIGINT/SIGTERM.")
-    p.add_argument("--scenario", default="mixed", help="scenario name (see `gangscope simulate --list`; default mixed)")
+    p.add_argument("--scenario", default="mixed", metavar="NAME",
+                   help="scenario or variant <scenario>@<how> (see `gangscope simulate --list`; default mixed); "
+                   "@ray, @trainjob, @pytorchjob, @mpijob, @lws, @podgroup submit every job as that kind, served "
+                   "with its CRD (a variant with 1.35 / 1.37 native scheduling.k8s.io versions is refused at start)")
     p.add_argument("--out", metavar="DIR", default="gangscope-sandbox", help="directory (default ./gangscope-sandbox)")
     p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second (default 1)")
     p.add_argument("--seed", type=int, default=1, help="simulator seed (default 1)")
@@ -31,10 +34,15 @@ def register(groups: dict[str, Any], common: Any) -> None:
 
 def run(settings: Settings, args: Any) -> int:
     from collectors.simulate.sandbox import Sandbox
+    from collectors.simulate.scenarios import SCENARIOS
+    from collectors.simulate.variants import VARIANTS
     from gangscope.app.service import stop_on_signals
 
     if args.speed <= 0 or args.interval <= 0:
         raise UserError("--speed and --interval must be positive")
+    if args.scenario not in SCENARIOS and args.scenario not in VARIANTS:
+        raise UserError(f"unknown scenario {args.scenario!r}; one of: {', '.join(SCENARIOS)}, or a variant "
+                        "(`gangscope simulate --list`)")
     try:
         sandbox = Sandbox(Path(args.out), args.scenario, seed=args.seed, nodes=args.nodes, hours=args.hours,
                           interval=args.interval, speed=args.speed, port=args.port).start()
