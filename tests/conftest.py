@@ -54,7 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # whole run to finish; the real control plane's files (tests/k8s_real/) in one worker, so one control plane starts.
 LAST = ("/tests/k8s_real/", "/tests/deploy/test_helm_chart.py", "/tests/deploy/test_object_storage.py")
 # The other files of several minutes each (--durations): first.
-LONG = ("/tests/e2e/",)
+LONG = ("/tests/e2e/", "/tests/simulate/test_kinds_live.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
