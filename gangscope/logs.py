@@ -47,9 +47,10 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
     logging.getLogger("kafka.net.selector").setLevel(logging.ERROR)
     # ... and its "Metadata refresh: failed Cancelled" ERROR when a client closes while a refresh is pending:
     # every replay ended with it though nothing was wrong.
-    # ... and its "Error receiving network data" traceback (AttributeError on the socket it had just set to None)
-    # when a connection is closed while its I/O thread reads: a race inside kafka-python 3.0 at shutdown.
-    for name in ("kafka.cluster", "kafka.net.transport"):
+    # ... and its "Error receiving network data" traceback (AttributeError on the socket it had just set to None),
+    # or "Unhandled exception in task" (a read waiting on a socket already closed: fd -1), when a connection is
+    # closed while its I/O thread reads: races inside kafka-python 3.0, met at start and at shutdown.
+    for name in ("kafka.cluster", "kafka.net.transport", "kafka.net.selector"):
         noisy = logging.getLogger(name)
         if not any(isinstance(f, _ClosingNoise) for f in noisy.filters):
             noisy.addFilter(_ClosingNoise())
@@ -59,7 +60,9 @@ class _ClosingNoise(logging.Filter):
     """Drops what kafka-python logs about a client closing, not about the broker (see ``setup``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
         if record.name == "kafka.net.transport":
-            exc = record.exc_info[1] if record.exc_info else None
             return not (isinstance(exc, AttributeError) and "(closed)" in record.getMessage())
+        if record.name == "kafka.net.selector":
+            return not (isinstance(exc, ValueError) and "Invalid file descriptor: -1" in str(exc))
         return "Cancelled" not in record.getMessage()

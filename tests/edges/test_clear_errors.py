@@ -151,3 +151,32 @@ def test_a_connection_closed_under_its_reader_is_not_an_error_but_a_broken_socke
     assert [(type(r.exc_info[1]).__name__, r.args[0]) for r in seen if r.exc_info] == [
         ("ConnectionResetError", "<KafkaTCPTransport [node 1] (closed)>"),
         ("AttributeError", "<KafkaTCPTransport [node 1] (connected)>")]
+
+
+def test_a_read_waiting_on_a_socket_already_closed_is_not_an_error_but_other_task_failures_are():
+    """kafka-python 3.0's selector logs "Unhandled exception in task" when a read still waits on a socket its
+    connection has closed (fd -1); `gangscope run` printed it at start (tests/simulate/test_run_defaults)."""
+    import selectors
+    import socket
+
+    logs.setup("INFO")
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    selector_log = logging.getLogger("kafka.net.selector")
+    selector_log.addHandler(handler)
+    closed = socket.socket()
+    closed.close()
+    try:
+        for exc in (None, RuntimeError("boom")):
+            try:
+                if exc is None:
+                    selectors.DefaultSelector().register(closed, selectors.EVENT_READ)  # what the selector does
+                raise exc  # type: ignore[misc]
+            except (ValueError, RuntimeError):
+                selector_log.handle(selector_log.makeRecord(
+                    "kafka.net.selector", logging.ERROR, __file__, 1, "Unhandled exception in task %s:", ("t",),
+                    sys.exc_info()))
+    finally:
+        selector_log.removeHandler(handler)
+    assert [type(r.exc_info[1]).__name__ for r in seen if r.exc_info] == ["RuntimeError"]
