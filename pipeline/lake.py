@@ -7,6 +7,7 @@ An analyst attaches it by hand with the line ``attach_sql()`` returns (see docs/
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib
 import logging
@@ -162,6 +163,25 @@ def retry(fn: Callable[[], T], attempts: int = 30, base_s: float = 0.05) -> T:
                 raise
             time.sleep(min(2.0, base_s * 2**i) * (0.5 + random.random()))
     raise AssertionError("unreachable")
+
+
+def transaction(con: duckdb.DuckDBPyConnection, body: Callable[[], tuple[bool, T]]) -> T:
+    """``body`` in one transaction under ``COMMIT_LOCK``, run again from its start on a catalog conflict (``retry``):
+    committed when it returns ``(True, value)``, rolled back when ``(False, value)`` or when it raises."""
+
+    def once() -> T:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            commit, value = body()
+            con.execute("COMMIT" if commit else "ROLLBACK")
+            return value
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise
+
+    with COMMIT_LOCK:
+        return retry(once)
 
 
 # What DuckDB says when the object store or the catalog server is away (httpfs after its own retries, libpq), as met in

@@ -17,7 +17,6 @@ then sees the claim.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import uuid
@@ -95,42 +94,33 @@ def claim(con: duckdb.DuckDBPyConnection, parts: list[TopicPartition], topic_ids
     if not parts:
         return claim_id, {}
 
-    def transaction() -> dict[TopicPartition, int]:
-        con.execute("BEGIN TRANSACTION")
+    def body() -> tuple[bool, dict[TopicPartition, int]]:
+        con.register("_parts", pl.DataFrame({
+            "topic": [t for t, _ in parts], "partition": pl.Series([p for _, p in parts], dtype=pl.Int32),
+            "topic_id": [topic_ids.get(t, "") for t, _ in parts]}).to_arrow())
         try:
-            con.register("_parts", pl.DataFrame({
-                "topic": [t for t, _ in parts], "partition": pl.Series([p for _, p in parts], dtype=pl.Int32),
-                "topic_id": [topic_ids.get(t, "") for t, _ in parts]}).to_arrow())
-            try:
-                newest = con.execute(
-                    'SELECT o.topic, o."partition", o.next_offset, o.landed_at, o.topic_id FROM raw.kafka_offsets o '
-                    'JOIN _parts p ON p.topic = o.topic AND p."partition" = o."partition" '
-                    "AND (p.topic_id = '' OR coalesce(o.topic_id, '') = p.topic_id) "
-                    'QUALIFY o.next_offset = max(o.next_offset) OVER (PARTITION BY o.topic, o."partition")').fetchall()
-                con.execute('DELETE FROM raw.kafka_claims c USING _parts p WHERE c.topic = p.topic '
-                            'AND c."partition" = p."partition"')
-                now = datetime.now(UTC)
-                con.execute('INSERT INTO raw.kafka_claims SELECT topic, "partition", topic_id, ?, ?, ? FROM _parts',
-                            [claim_id, owner, now])
-            finally:
-                con.unregister("_parts")
-            if newest:
-                con.executemany('DELETE FROM raw.kafka_offsets WHERE topic = ? AND "partition" = ? '
-                                "AND next_offset = ?", [r[:3] for r in newest])
-            have = {(r[0], r[1]) for r in newest}
-            rows = list(dict.fromkeys(newest)) + [(t, p, 0, now, topic_ids.get(t, "")) for t, p in parts
-                                                  if (t, p) not in have]
-            con.executemany("INSERT INTO raw.kafka_offsets VALUES (?, ?, ?, ?, ?)", rows)
-            stored = stored_offsets(con, topic_ids)
-            con.execute("COMMIT")
-            return stored
-        except BaseException:
-            with contextlib.suppress(duckdb.Error):
-                con.execute("ROLLBACK")
-            raise
+            newest = con.execute(
+                'SELECT o.topic, o."partition", o.next_offset, o.landed_at, o.topic_id FROM raw.kafka_offsets o '
+                'JOIN _parts p ON p.topic = o.topic AND p."partition" = o."partition" '
+                "AND (p.topic_id = '' OR coalesce(o.topic_id, '') = p.topic_id) "
+                'QUALIFY o.next_offset = max(o.next_offset) OVER (PARTITION BY o.topic, o."partition")').fetchall()
+            con.execute('DELETE FROM raw.kafka_claims c USING _parts p WHERE c.topic = p.topic '
+                        'AND c."partition" = p."partition"')
+            now = datetime.now(UTC)
+            con.execute('INSERT INTO raw.kafka_claims SELECT topic, "partition", topic_id, ?, ?, ? FROM _parts',
+                        [claim_id, owner, now])
+        finally:
+            con.unregister("_parts")
+        if newest:
+            con.executemany('DELETE FROM raw.kafka_offsets WHERE topic = ? AND "partition" = ? '
+                            "AND next_offset = ?", [r[:3] for r in newest])
+        have = {(r[0], r[1]) for r in newest}
+        rows = list(dict.fromkeys(newest)) + [(t, p, 0, now, topic_ids.get(t, "")) for t, p in parts
+                                              if (t, p) not in have]
+        con.executemany("INSERT INTO raw.kafka_offsets VALUES (?, ?, ?, ?, ?)", rows)
+        return True, stored_offsets(con, topic_ids)
 
-    with lake.COMMIT_LOCK:
-        return claim_id, lake.retry(transaction)
+    return claim_id, lake.transaction(con, body)
 
 
 def claims_held(con: duckdb.DuckDBPyConnection, parts: list[TopicPartition]) -> dict[TopicPartition, str]:
@@ -331,37 +321,28 @@ def write(con: duckdb.DuckDBPyConnection, prep: Prepared, topic_ids: dict[str, s
         return stats
     frames, low = prep.frames, prep.low
 
-    def transaction() -> dict[TopicPartition, int] | None:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            now_stored = stored_offsets(con, topic_ids)
-            lost = {} if claims is None else {
-                tp: GONE for tp, c in claims_held(con, list(prep.nxt)).items() if c != claims.get(tp)}
-            if lost:
-                con.execute("ROLLBACK")
-                log.warning("partition(s) %s were claimed by another member: their records are left to it",
-                            ", ".join(f"{t}[{p}]" for t, p in sorted(lost)))
-                return {**now_stored, **lost}
-            if any(now_stored.get(tp, 0) > first for tp, first in low.items()):
-                con.execute("ROLLBACK")
-                return now_stored  # landed before (or meanwhile): start over, skipping that part
-            for table, frame in frames.items():
-                if frame.height:
-                    con.register("_frame", frame.to_arrow())
-                    try:
-                        con.execute(_INSERT[table])
-                    finally:
-                        con.unregister("_frame")
-            con.execute("COMMIT")
-            return None
-        except BaseException:
-            with contextlib.suppress(duckdb.Error):
-                con.execute("ROLLBACK")
-            raise
+    def body() -> tuple[bool, dict[TopicPartition, int] | None]:
+        now_stored = stored_offsets(con, topic_ids)
+        lost = {} if claims is None else {
+            tp: GONE for tp, c in claims_held(con, list(prep.nxt)).items() if c != claims.get(tp)}
+        if lost:
+            log.warning("partition(s) %s were claimed by another member: their records are left to it",
+                        ", ".join(f"{t}[{p}]" for t, p in sorted(lost)))
+            return False, {**now_stored, **lost}
+        if any(now_stored.get(tp, 0) > first for tp, first in low.items()):
+            return False, now_stored  # landed before (or meanwhile): start over, skipping that part
+        for table, frame in frames.items():
+            if frame.height:
+                con.register("_frame", frame.to_arrow())
+                try:
+                    con.execute(_INSERT[table])
+                finally:
+                    con.unregister("_frame")
+        return True, None
 
     t0 = time.perf_counter()
-    with lake.COMMIT_LOCK:  # the whole (short) transaction: its catalog lock is held from the first write
-        landed_before = lake.retry(transaction)
+    # The whole (short) transaction under the commit lock: its catalog lock is held from the first write.
+    landed_before = lake.transaction(con, body)
     stats.write_s += time.perf_counter() - t0
     if landed_before is not None:
         log.info("part of a batch was landed before; landing the rest")

@@ -8,6 +8,8 @@ exactly once, replay, the run service), not every test that happens to need a br
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -53,28 +55,65 @@ def pytest_configure(config: pytest.Config) -> None:
 # Tests whose binaries .ci/run builds in the background (tests/servers/gobuild.py): last, so the build has the
 # whole run to finish; the real control plane's files (tests/k8s_real/) in one worker, so one control plane starts.
 LAST = ("/tests/k8s_real/", "/tests/deploy/test_helm_chart.py", "/tests/deploy/test_object_storage.py")
-# The other files of several minutes each (--durations): first.
+# The other files of several minutes each (--durations): first, when no earlier run measured them.
 LONG = ("/tests/e2e/", "/tests/simulate/test_kinds_live.py")
+LONG_S = 180.0  # what a long file counts as until a run measured it
+# Each file's seconds in the last run that ran it (setup + call + teardown summed), kept by the controller: the next
+# run hands files out longest first by these (the workers of -n 2 then end together), and the notes read them.
+TIMES = Path.home() / ".cache" / "gangscope-test-times.json"
+_times: dict[str, float] = {}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest files first (minutes each, mostly waiting on servers and simulated time), then the others
-    largest first: with the workers of ``-n 2 --dist loadfile`` the long ones run beside the rest and no worker
-    is left with one at the end. While the background Go build runs, the tests that wait for it go last instead
-    (with the binaries cached it is over before the tests start)."""
+def _file(nodeid: str) -> str:
+    """tests/k8s_real/ is one unit of work (see pytest_xdist_make_scheduler), so one entry."""
+    path = nodeid.split("::")[0]
+    return "tests/k8s_real" if path.startswith("tests/k8s_real/") else path
+
+
+def _measured() -> dict[str, float]:
+    try:
+        data = json.loads(TIMES.read_text())
+        return {str(k): float(v) for k, v in data.items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest files first (minutes each, mostly waiting on servers and simulated time), then the others: with
+    the workers of ``-n 2 --dist loadfile`` the long ones run beside the rest and no worker is left with one at the
+    end. Longest by the last run's measured seconds where there are any (``TIMES``), else by the rule of thumb:
+    ``LONG`` (and ``LAST``) first, the rest by number of tests (ties too). While the background Go build runs, the
+    tests that wait for it go last instead (with the binaries cached it is over before the tests start)."""
     from tests.servers import gobuild
 
     building = gobuild.running()
+    measured = _measured()
     per_file: dict[Path, int] = {}
     for item in items:
         per_file[item.path] = per_file.get(item.path, 0) + 1
 
-    def key(item: pytest.Item) -> tuple[bool, bool, int]:
+    def key(item: pytest.Item) -> tuple[bool, float, int]:
         path = str(item.path)
         last = any(x in path for x in LAST)
-        return building and last, not (any(x in path for x in LONG) or (last and not building)), -per_file[item.path]
+        long = any(x in path for x in LONG) or (last and not building)
+        seconds = measured.get(_file(item.nodeid)) or (LONG_S if long else 0.0)
+        return building and last, -seconds, -per_file[item.path]
 
     items.sort(key=key)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _times[_file(report.nodeid)] = _times.get(_file(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The controller (or a run without workers) keeps this run's per-file seconds beside the earlier ones."""
+    if hasattr(session.config, "workerinput") or not _times:
+        return
+    with contextlib.suppress(OSError):
+        TIMES.parent.mkdir(parents=True, exist_ok=True)
+        TIMES.write_text(json.dumps({**_measured(), **{k: round(v, 1) for k, v in _times.items()}}, indent=0,
+                                    sort_keys=True))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:

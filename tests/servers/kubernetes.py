@@ -291,7 +291,7 @@ def start(timeout_s: float = 180.0, base_nodes: int = 0) -> KubeCluster:
     binaries that runs in the background (.ci/run)."""
     missing = binaries_missing()
     if missing:
-        gobuild.wait()
+        gobuild.wait(done=lambda: not binaries_missing())  # not for Helm, built after these
         missing = binaries_missing()
     if missing:
         raise RuntimeError(f"Kubernetes test binaries not built ({', '.join(missing)}): run .ci/build-kubernetes"
