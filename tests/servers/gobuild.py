@@ -23,7 +23,10 @@ def running() -> bool:
     return True
 
 
-def wait(timeout_s: float = 3600.0, done: Callable[[], bool] | None = None) -> None:
+WAIT_S = 3600.0  # the longest a test waits for the build (tests/conftest.py allows it on top of its timeout)
+
+
+def wait(timeout_s: float = WAIT_S, done: Callable[[], bool] | None = None) -> None:
     """Return once no background build runs, or once ``done()`` says what the caller needs is built (at most
     ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
