@@ -183,9 +183,24 @@ def _throughput(tp: dict[str, Any]) -> str | None:
     return text + f" from {clock(tp.get('first_low_at'))}."
 
 
+# The label each submitted kind's controller puts on its pods naming the job (docs/job-kinds.md). A RayJob's pods
+# carry its RayCluster's name in ray.io/cluster; KubeRay adds the RayJob's own name as originated-from-cr-name.
+KIND_POD_LABEL = {
+    "RayCluster": "ray.io/cluster",
+    "RayJob": "ray.io/originated-from-cr-name",
+    "TrainJob": "jobset.sigs.k8s.io/jobset-name",
+    "PyTorchJob": "training.kubeflow.org/job-name",
+    "MPIJob": "training.kubeflow.org/job-name",
+    "LeaderWorkerSet": "leaderworkerset.sigs.k8s.io/name",
+    "PodGroup": "kueue.x-k8s.io/pod-group-name",
+}
+
+
 def _pods_of(finding: dict[str, Any]) -> str:
-    """A kubectl selector for the job's pods (the labels Job and JobSet controllers set)."""
+    """A kubectl selector for the job's pods (the labels its controller sets)."""
     job, kind = finding.get("job"), str(finding.get("job_kind") or "")
+    if kind in KIND_POD_LABEL:
+        return f"-l {KIND_POD_LABEL[kind]}={q(job)}"
     if kind == "JobSet":
         return f"-l jobset.sigs.k8s.io/jobset-name={q(job)}"
     if kind == "Job":
@@ -437,7 +452,35 @@ def _admission_topology(f: dict[str, Any], ev: dict[str, Any], out: Explained) -
     out.steps.append(Step(action, _wl_condition(f, "QuotaReserved")))
 
 
+def _ray_gang(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
+    """The gang inside a Ray cluster (int_ray_placement): the pods all run, a placement group waits; the model's
+    next_step names the worker group that cannot scale, chosen as it chooses (FailedScheduling first, then
+    maxReplicas, by group name)."""
+    ns = f.get("namespace")
+    n = ev.get("ray_placement_groups_pending")
+    out.sentences.append(
+        f"{number(n)} Ray placement group{'s' if _num(n) > 1 else ''} PENDING for {duration(ev.get('pending_s'))} "
+        f"(timeout {duration(ev.get('timeout_s'))}) with {ev.get('pods_running', '?')} pods running "
+        f"(gang size {ev.get('gang_size', '?')}).")
+    groups = sorted((g for g in _list(ev.get("worker_groups")) if isinstance(g, dict)),
+                    key=lambda g: str(g.get("group")))
+    if groups:
+        out.sentences.append("Worker groups: " + "; ".join(
+            f"{g.get('group')} {g.get('running', 0)} running, {g.get('pending', 0)} Pending"
+            + (f" (at most {number(g['max_replicas'])})" if g.get("max_replicas") is not None else "")
+            for g in groups) + ".")
+    stuck = next((g for g in groups if _num(g.get("unschedulable")) > 0), None) or next(
+        (g for g in groups if g.get("at_max")), None)
+    action = str(ev.get("next_step") or "Check the Ray autoscaler and the placement group's bundles.")
+    action = action[:1].upper() + action[1:] + ("" if action.endswith(".") else ".")
+    selector = _pods_of(f) + (f",ray.io/group={q(stuck.get('group'))}" if stuck else "")
+    out.steps.append(Step(action, f"kubectl get pods -n {q(ns)} {selector} -o wide"))
+
+
 def _gang(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
+    if "ray_placement_groups_pending" in ev:
+        _ray_gang(f, ev, out)
+        return
     ns = f.get("namespace")
     out.sentences.append(
         f"{ev.get('pods_running', '?')} of {ev.get('gang_size', '?')} gang members running after "

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from reports import diagnose
+from reports import diagnose, nextsteps
 from tests.sql.fieldfix import NS, Story, bind, iso, run, setup
 from tests.sql.lakefix import Raw, build_lake, failed_scheduling
 from tests.sql.test_job_kinds import CAPTURE, END, NODES, _classes, _members, _renamespace
@@ -117,6 +117,32 @@ def test_next_step_names_the_worker_group_that_cannot_scale(con, ns: str, job: s
     assert f["started_at"] == "2026-11-01T00:10:00Z" and f["ended_at"] is None
     got = {w["group"]: (w["running"], w["pending"], w["unschedulable"], w["max_replicas"]) for w in ev["worker_groups"]}
     assert got == {g: (running, pending, pending, hi) for g, _, hi, running, pending in groups}
+    # The report's next step is the model's, with a command listing that group's pods (not the Job-level gang text).
+    (step,) = f["next_steps"]
+    assert step["action"] == NEXT[job][0].upper() + NEXT[job][1:] + "."
+    label = {"RayCluster": "ray.io/cluster", "RayJob": "ray.io/originated-from-cr-name"}[kind]
+    assert step["check"] == f"kubectl get pods -n {ns} -l {label}={job},ray.io/group=gpu-group -o wide"
+    assert f["evidence_text"][0].startswith("1 Ray placement group PENDING for 25 min (timeout 5 min)")
+
+
+@pytest.mark.parametrize(
+    ("kind", "label"),
+    [
+        ("RayCluster", "ray.io/cluster"),
+        ("RayJob", "ray.io/originated-from-cr-name"),
+        ("TrainJob", "jobset.sigs.k8s.io/jobset-name"),
+        ("PyTorchJob", "training.kubeflow.org/job-name"),
+        ("MPIJob", "training.kubeflow.org/job-name"),
+        ("LeaderWorkerSet", "leaderworkerset.sigs.k8s.io/name"),
+        ("PodGroup", "kueue.x-k8s.io/pod-group-name"),
+    ],
+)
+def test_report_commands_select_each_kinds_pods_by_its_controllers_label(kind: str, label: str) -> None:
+    """Every class's kubectl check for a job of these kinds lists its pods by the label its controller sets (the
+    Job-era ``-l job-name=`` matched none of them)."""
+    f = {"namespace": "team", "job": "j1", "job_kind": kind, "root_cause": "training_stalled", "evidence": {}}
+    (step,) = nextsteps.explain(f).steps
+    assert f"-l {label}=j1 " in step.check
 
 
 @pytest.mark.parametrize("ns", [NS, "mol"])
