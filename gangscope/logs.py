@@ -50,19 +50,30 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
     # ... and its "Error receiving network data" traceback (AttributeError on the socket it had just set to None),
     # or "Unhandled exception in task" (a read waiting on a socket already closed: fd -1), when a connection is
     # closed while its I/O thread reads: races inside kafka-python 3.0, met at start and at shutdown.
-    for name in ("kafka.cluster", "kafka.net.transport", "kafka.net.selector"):
+    # ... and its "Rebalance listener ... took 1.9s" WARNING: our listener reads the lake's offsets (a claim) while the
+    # partitions are assigned, which takes a second or two on a busy machine; a first `gangscope run` printed it.
+    # Heartbeats are late by that much against a 45 s session timeout: said only from SLOW_REBALANCE_S on.
+    for name in ("kafka.cluster", "kafka.net.transport", "kafka.net.selector", "kafka.coordinator.consumer"):
         noisy = logging.getLogger(name)
         if not any(isinstance(f, _ClosingNoise) for f in noisy.filters):
             noisy.addFilter(_ClosingNoise())
 
 
+SLOW_REBALANCE_S = 10.0  # a rebalance listener this slow is worth a warning (a quarter of the session timeout)
+
+
 class _ClosingNoise(logging.Filter):
-    """Drops what kafka-python logs about a client closing, not about the broker (see ``setup``)."""
+    """Drops what kafka-python logs about a client closing, not about the broker, and its warning about a rebalance
+    listener a few seconds slow (see ``setup``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if record.name == "kafka.net.transport":
             return not (isinstance(exc, AttributeError) and "(closed)" in record.getMessage())
+        if record.name == "kafka.coordinator.consumer":
+            args = record.args if isinstance(record.args, tuple) else ()
+            took = args[3] if str(record.msg).startswith("Rebalance listener") and len(args) > 3 else None
+            return not (isinstance(took, float) and took < SLOW_REBALANCE_S)
         if record.name == "kafka.net.selector":
             return not (isinstance(exc, ValueError) and "Invalid file descriptor: -1" in str(exc))
         return "Cancelled" not in record.getMessage()

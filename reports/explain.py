@@ -159,17 +159,21 @@ def _queue(con: duckdb.DuckDBPyConnection, key: tuple[str, str, str], ij: dict[s
         return Layer("queue", _title("queue"), "ok", f"admitted{where} at {clock(adm['admitted_at'])}, after "
                      f"{duration(adm.get('wait_s'))} in the queue{again}", ev)
     why = f": {adm.get('reason')}: {adm.get('message')}" if adm.get("reason") else ""
-    blocked = adm.get("cause_kind") in ("quota", "topology", "configuration")
-    return Layer("queue", _title("queue"), "waiting" if not blocked else "problem",
-                 f"not admitted{where} for {duration(adm.get('wait_s'))}{why}", ev)
+    # Waiting, even blocked by quota or topology, until its admission finding (past thresholds.admission_wait_s)
+    # makes it a problem (explain() below): a PROBLEM layer under a "healthy: no incident" verdict said both.
+    return Layer("queue", _title("queue"), "waiting", f"not admitted{where} for {duration(adm.get('wait_s'))}{why}",
+                 ev)
 
 
 def _topology(con: duckdb.DuckDBPyConnection, key: tuple[str, str, str], ij: dict[str, Any]) -> Layer:
     place = (_one(con, "intermediate", "int_placement", key) or [None])[0]
     how = f"required {ij['required_topology']}" if ij.get("required_topology") else \
         f"preferred {ij['preferred_topology']}" if ij.get("preferred_topology") else "no topology request"
-    if place is None:
-        return Layer("topology", _title("topology"), "not applicable", f"{how}; its pods are on no node yet")
+    if place is None:  # no pods on nodes yet, or no level to judge them by (no request, no Kueue Topology)
+        nodes = [str(n) for n in as_json(ij.get("nodes")) or []]
+        where = f"its pods are on {', '.join(nodes)}; no Kueue Topology to judge their spread by" if nodes else \
+            "its pods are on no node yet"
+        return Layer("topology", _title("topology"), "not applicable", f"{how}; {where}")
     ev = _clean(place, "level", "requested", "domains", "needed_domains", "assigned_domains", "misplaced",
                 "domain_values")
     text = (f"{how}; its pods span {place.get('domains')} {place.get('level')} domain(s) "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import sys
 from collections.abc import Callable
@@ -486,9 +487,20 @@ def _throughput(report: Report, client: Any, batches: list[Any], signals_of: Cal
         report.add("pass", "throughput", f"all {len(jobs)} running GPU jobs report training throughput")
 
 
+def _quiet_logs(settings: Settings, args: Any) -> None:
+    """The scrapes' and discoveries' own WARNING lines (a target that failed, ...) say again, between the check's
+    lines, what a check line already says with its fix: noise for a first-time user. Kept when a log level is asked
+    for on the command line (``--log-level``) or configured as debug; errors always pass."""
+    if getattr(args, "log_level", None) or settings.log.level.upper() == "DEBUG":
+        return
+    for handler in logging.getLogger().handlers:  # those of gangscope.logs.setup, made anew for each command
+        handler.setLevel(max(handler.level, logging.ERROR))
+
+
 def _handler(settings: Settings, args: Any) -> int:
     from gangscope import clock
 
+    _quiet_logs(settings, args)
     clock.configure(settings.clock.sim_origin, settings.clock.wall_origin, settings.clock.speed)
     if args.kubeconfig or args.context:
         import dataclasses

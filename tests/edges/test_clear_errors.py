@@ -180,3 +180,25 @@ def test_a_read_waiting_on_a_socket_already_closed_is_not_an_error_but_other_tas
     finally:
         selector_log.removeHandler(handler)
     assert [type(r.exc_info[1]).__name__ for r in seen if r.exc_info] == ["RuntimeError"]
+
+
+def test_a_rebalance_listener_a_few_seconds_slow_is_not_a_warning_but_a_very_slow_one_is():
+    """kafka-python 3.0 warns when a rebalance listener takes over 1 s; ours reads the lake's offsets, ~2 s on a busy
+    machine: a first `gangscope run` against a real cluster printed it (tests/k8s_real/test_first_run.py)."""
+    logs.setup("INFO")
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    consumer_log = logging.getLogger("kafka.coordinator.consumer")
+    consumer_log.addHandler(handler)
+    msg = ("Rebalance listener %s.%s for group %s took %.3fs. Sync listeners block the consumer event loop (including"
+           " heartbeats) -- consider AsyncConsumerRebalanceListener or wrap blocking work in a worker thread.")
+    try:
+        for took in (1.904, logs.SLOW_REBALANCE_S + 5):
+            consumer_log.warning(msg, "_Rebalance", "on_partitions_assigned", "gangscope-pipeline", took)
+        consumer_log.warning("Heartbeat failed for group %s: %s", "gangscope-pipeline", "NotCoordinator")
+    finally:
+        consumer_log.removeHandler(handler)
+    assert [r.getMessage().split(". Sync")[0] for r in seen] == [
+        "Rebalance listener _Rebalance.on_partitions_assigned for group gangscope-pipeline took 15.000s",
+        "Heartbeat failed for group gangscope-pipeline: NotCoordinator"]
