@@ -99,15 +99,23 @@ def run_once(page: bool, args: argparse.Namespace, work: Path) -> dict[str, Any]
     end = sb.sim_origin + timedelta(minutes=args.minutes)
     port = _port()
     base = f"http://127.0.0.1:{port}"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GANGSCOPE_")},
-           "GANGSCOPE_CONFIG": str(sb.config), "GANGSCOPE_DATA": str(work / "data"),
-           "GANGSCOPE_PIPELINE_FLUSH_SECONDS": "1", "GANGSCOPE_SCHEDULE_MODELS_BUILD": "interval:3",
-           "GANGSCOPE_SCHEDULE_REPORT_HOURLY": "off", "GANGSCOPE_SCHEDULE_REPORT_DAILY": "off",
-           "GANGSCOPE_SCHEDULE_COMPACTION": "off", "GANGSCOPE_SCHEDULE_RETENTION": "off",
-           "GANGSCOPE_SERVER_LISTEN": f"127.0.0.1:{port}", "GANGSCOPE_SERVER_PAGE": "true" if page else "false"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GANGSCOPE_")},
+        "GANGSCOPE_CONFIG": str(sb.config),
+        "GANGSCOPE_DATA": str(work / "data"),
+        "GANGSCOPE_PIPELINE_FLUSH_SECONDS": "1",
+        "GANGSCOPE_SCHEDULE_MODELS_BUILD": "interval:3",
+        "GANGSCOPE_SCHEDULE_REPORT_HOURLY": "off",
+        "GANGSCOPE_SCHEDULE_REPORT_DAILY": "off",
+        "GANGSCOPE_SCHEDULE_COMPACTION": "off",
+        "GANGSCOPE_SCHEDULE_RETENTION": "off",
+        "GANGSCOPE_SERVER_LISTEN": f"127.0.0.1:{port}",
+        "GANGSCOPE_SERVER_PAGE": "true" if page else "false",
+    }
     log = work / "run.log"
-    proc = subprocess.Popen([sys.executable, "-m", "gangscope.app.cli", "run"], env=env, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gangscope.app.cli", "run"], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
     stop = threading.Event()
     took: list[float] = []
     loader = None
@@ -142,17 +150,25 @@ def run_once(page: bool, args: argparse.Namespace, work: Path) -> dict[str, Any]
         except subprocess.TimeoutExpired:
             proc.kill()
         sb.stop()
-    return {"page": page, "batch_s": m["gangscope_batch_seconds_sum"] / max(1.0, m["gangscope_batch_seconds_count"]),
-            "batches": m["gangscope_batch_seconds_count"],
-            "build_s": m["gangscope_model_build_seconds_sum"] / max(1.0, m["gangscope_model_build_seconds_count"]),
-            "builds": m["gangscope_model_build_seconds_count"], "took": took}
+    return {
+        "page": page,
+        "batch_s": m["gangscope_batch_seconds_sum"] / max(1.0, m["gangscope_batch_seconds_count"]),
+        "batches": m["gangscope_batch_seconds_count"],
+        "build_s": m["gangscope_model_build_seconds_sum"] / max(1.0, m["gangscope_model_build_seconds_count"]),
+        "builds": m["gangscope_model_build_seconds_count"],
+        "took": took,
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1, help="pairs of runs (default 1: without, then with)")
-    ap.add_argument("--minutes", type=float, default=30.0, help="simulated minutes per run (default 30: the "
-                    "mixed scenario's faults have begun)")
+    ap.add_argument(
+        "--minutes",
+        type=float,
+        default=30.0,
+        help="simulated minutes per run (default 30: the mixed scenario's faults have begun)",
+    )
     ap.add_argument("--speed", type=float, default=20.0, help="sandbox speed (default 20)")
     ap.add_argument("--browser", action="store_true", help="load the page in headless Chromium, not an HTTP client")
     args = ap.parse_args()
@@ -163,22 +179,26 @@ def main() -> None:
             r = run_once(page, args, Path(d))
             results.append(r)
             lat = sorted(r["took"])
-            print(f"  {'with' if page else 'without'} page: {r['batches']:.0f} batches, mean "
-                  f"{1000 * r['batch_s']:.1f} ms; {r['builds']:.0f} builds, mean {r['build_s']:.2f} s"
-                  + (f"; {len(lat)} requests, p50 {1000 * statistics.median(lat):.0f} ms" if lat else ""),
-                  flush=True)
+            print(
+                f"  {'with' if page else 'without'} page: {r['batches']:.0f} batches, mean "
+                f"{1000 * r['batch_s']:.1f} ms; {r['builds']:.0f} builds, mean {r['build_s']:.2f} s"
+                + (f"; {len(lat)} requests, p50 {1000 * statistics.median(lat):.0f} ms" if lat else ""),
+                flush=True,
+            )
 
     def mean(page: bool, key: str) -> float:
         return statistics.mean(r[key] for r in results if r["page"] == page)
 
     lat = sorted(t for r in results for t in r["took"])
     p95 = lat[min(len(lat) - 1, int(0.95 * (len(lat) - 1)))] if lat else 0.0
-    print(f"page: runs={len(results)} without_batch_ms={1000 * mean(False, 'batch_s'):.1f} "
-          f"with_batch_ms={1000 * mean(True, 'batch_s'):.1f} "
-          f"batch_ratio={mean(True, 'batch_s') / mean(False, 'batch_s'):.2f} "
-          f"without_build_s={mean(False, 'build_s'):.2f} with_build_s={mean(True, 'build_s'):.2f} "
-          f"build_ratio={mean(True, 'build_s') / mean(False, 'build_s'):.2f} requests={len(lat)} "
-          f"page_p50_ms={1000 * statistics.median(lat) if lat else 0:.0f} page_p95_ms={1000 * p95:.0f}")
+    print(
+        f"page: runs={len(results)} without_batch_ms={1000 * mean(False, 'batch_s'):.1f} "
+        f"with_batch_ms={1000 * mean(True, 'batch_s'):.1f} "
+        f"batch_ratio={mean(True, 'batch_s') / mean(False, 'batch_s'):.2f} "
+        f"without_build_s={mean(False, 'build_s'):.2f} with_build_s={mean(True, 'build_s'):.2f} "
+        f"build_ratio={mean(True, 'build_s') / mean(False, 'build_s'):.2f} requests={len(lat)} "
+        f"page_p50_ms={1000 * statistics.median(lat) if lat else 0:.0f} page_p95_ms={1000 * p95:.0f}"
+    )
 
 
 if __name__ == "__main__":

@@ -120,8 +120,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     with contextlib.suppress(OSError):
         TIMES.parent.mkdir(parents=True, exist_ok=True)
-        TIMES.write_text(json.dumps({**_measured(), **{k: round(v, 1) for k, v in _times.items()}}, indent=0,
-                                    sort_keys=True))
+        TIMES.write_text(
+            json.dumps({**_measured(), **{k: round(v, 1) for k, v in _times.items()}}, indent=0, sort_keys=True)
+        )
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
@@ -167,8 +168,9 @@ def broker(request: pytest.FixtureRequest) -> EmbeddedBroker | kafka.KafkaServer
 
 
 @pytest.fixture
-def settings(tmp_path: Path, broker: EmbeddedBroker | kafka.KafkaServer, request: pytest.FixtureRequest
-             ) -> config.Settings:
+def settings(
+    tmp_path: Path, broker: EmbeddedBroker | kafka.KafkaServer, request: pytest.FixtureRequest
+) -> config.Settings:
     """Settings pointing at this test's broker, with topics and group unique to this test."""
     prefix = f"t{abs(hash(request.node.nodeid)) % 10**8}."
     return config.load(
