@@ -22,6 +22,10 @@ from gangscope import config
 from gangscope.transport.broker import EmbeddedBroker
 from tests.servers import alertmanager, kafka, kubernetes, postgres, prometheus, s3
 
+# Screenshots a test took are kept after it passes too (tests/screenshots.py): $GANGSCOPE_SCREENSHOTS, else
+# .pytest_cache/d/screenshots.
+pytest_plugins = ["tests.screenshots"]
+
 # Upstream object and metric shapes, copied into the clone with their sources (tests/fixtures/reference/README.md).
 REFERENCE = Path(__file__).resolve().parent / "fixtures" / "reference"
 # No test watches the developer's own cluster by accident: `run` without `collectors` looks for a kubeconfig (or the
