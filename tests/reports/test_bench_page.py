@@ -121,3 +121,18 @@ def test_landed_records_are_summed_over_topics() -> None:
         "gangscope_model_build_seconds_count 0.0\ngangscope_model_build_seconds_sum 0.0\n"
     )
     assert empty["records"] == 0 and empty["batches"] == 0 and empty["builds"] == 0
+
+
+def test_figures_read_gangscopes_own_exposition() -> None:
+    """The names figures() reads are the ones gangscope exposes (a renamed metric would read as nothing landed)."""
+    from prometheus_client import generate_latest
+
+    from gangscope import telemetry
+
+    before = bench.figures(generate_latest(telemetry.REGISTRY).decode())
+    telemetry.RECORDS_LANDED.labels(topic="bench-page-test").inc(7)
+    telemetry.BATCH_SECONDS.observe(0.25)
+    telemetry.MODEL_BUILD_SECONDS.observe(2.0)
+    after = bench.figures(generate_latest(telemetry.REGISTRY).decode())
+    assert after["records"] - before["records"] == 7
+    assert after["batches"] - before["batches"] == 1 and after["builds"] - before["builds"] == 1
