@@ -22,6 +22,10 @@ from gangscope import config
 from gangscope.transport.broker import EmbeddedBroker
 from tests.servers import alertmanager, kafka, kubernetes, postgres, prometheus, s3
 
+# Screenshots a test took are kept after it passes too (tests/screenshots.py): $GANGSCOPE_SCREENSHOTS, else
+# .pytest_cache/d/screenshots.
+pytest_plugins = ["tests.screenshots"]
+
 # Upstream object and metric shapes, copied into the clone with their sources (tests/fixtures/reference/README.md).
 REFERENCE = Path(__file__).resolve().parent / "fixtures" / "reference"
 # No test watches the developer's own cluster by accident: `run` without `collectors` looks for a kubeconfig (or the
@@ -120,8 +124,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     with contextlib.suppress(OSError):
         TIMES.parent.mkdir(parents=True, exist_ok=True)
-        TIMES.write_text(json.dumps({**_measured(), **{k: round(v, 1) for k, v in _times.items()}}, indent=0,
-                                    sort_keys=True))
+        TIMES.write_text(
+            json.dumps({**_measured(), **{k: round(v, 1) for k, v in _times.items()}}, indent=0, sort_keys=True)
+        )
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
@@ -167,8 +172,9 @@ def broker(request: pytest.FixtureRequest) -> EmbeddedBroker | kafka.KafkaServer
 
 
 @pytest.fixture
-def settings(tmp_path: Path, broker: EmbeddedBroker | kafka.KafkaServer, request: pytest.FixtureRequest
-             ) -> config.Settings:
+def settings(
+    tmp_path: Path, broker: EmbeddedBroker | kafka.KafkaServer, request: pytest.FixtureRequest
+) -> config.Settings:
     """Settings pointing at this test's broker, with topics and group unique to this test."""
     prefix = f"t{abs(hash(request.node.nodeid)) % 10**8}."
     return config.load(
