@@ -175,6 +175,16 @@ pre_f AS (
     FROM ev JOIN j USING (cluster, namespace, job)
     GROUP BY ev.cluster, ev.namespace, ev.job
 ),
+requeue_causes AS (
+    -- Evictions whose requeue wait is their own incident's, open until the job runs again: a preemption (pre_f) and
+    -- Kueue's eviction for a lost node (Evicted NodeFailures, node_f; Kueue copies it to Requeued True).
+    SELECT cluster, namespace, job, event_at FROM intermediate.int_evictions
+    UNION ALL
+    SELECT j.cluster, j.namespace, j.job, c.transition_at
+    FROM staging.stg_workload_conditions c
+    JOIN j ON j.cluster = c.cluster AND j.namespace = c.namespace AND j.workload = c.workload
+    WHERE c.type = 'Evicted' AND c.status = 'True' AND c.reason = 'NodeFailures'
+),
 adm AS (
     SELECT a.*, j.nodes, coalesce(a.missing_level, j.required_topology, j.preferred_topology) AS level,
            nullif(regexp_extract(a.message, 'quota for (\S+) in flavor ([^,\s]+)', 1), '') AS q_resource,
@@ -189,10 +199,10 @@ adm AS (
                              nullif(regexp_extract(a.message, 'fit any of (\d+) pod', 1), '')) AS INTEGER) AS want_pods
     FROM intermediate.int_admission a JOIN j USING (cluster, namespace, job)
     WHERE a.cause_class IS NOT NULL AND a.wait_s > getvariable('admission_wait_s')
-      -- Waiting for quota again because it was preempted (no reservation since): the preemption's incident, one
-      -- finding (pre_f, open until the job runs again), not a second one.
+      -- Waiting for quota again because it was preempted or evicted for a lost node (no reservation since): that
+      -- incident's, one finding (pre_f / node_f, open until the job runs again), not a second one.
       AND NOT (a.requeued AND EXISTS (
-          SELECT 1 FROM intermediate.int_evictions e
+          SELECT 1 FROM requeue_causes e
           WHERE e.cluster = a.cluster AND e.namespace = a.namespace AND e.job = a.job AND e.event_at <= a.queued_at
             AND NOT EXISTS (SELECT 1 FROM staging.stg_workload_conditions c
                             WHERE c.cluster = a.cluster AND c.namespace = a.namespace AND c.workload = a.workload

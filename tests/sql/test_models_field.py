@@ -230,6 +230,86 @@ def _node_lost(s: Story) -> None:
     s.emit(54.6, run(r, 54.6))
 
 
+def _kueue_node_lost(s: Story) -> None:
+    """Kueue TAS: admitted at 2 on f37 / f38; f37 stops posting status at 20; the taint manager deletes the pod there
+    at 25 (it stays Terminating: no kubelet confirms); the Workload gets f37 in unhealthyNodes, finds no replacement
+    and is evicted NodeFailures at 25.05, requeued (Requeued True NodeFailures), and waits on a full cluster for
+    the rest of the hour (QuotaReserved False, topology doesn't fit): the requeue wait is the node's incident."""
+    wl = ff.kueue_workload("tas-lost", 1, 2, 2)
+    wl["spec"]["podSets"][0]["topologyRequest"] = {"required": "cloud.provider.com/topology-rack"}
+    s.add(1, wl)
+    for n in ("f37", "f38"):
+        s.add(0, node(n, "rack-4"))
+    pods = []
+    for i, n in enumerate(("f37", "f38")):
+        p = job_pod("tas-lost", i, 2.05)
+        p["metadata"]["annotations"] = {"kueue.x-k8s.io/workload": wl["metadata"]["name"]}
+        s.add(2.05, p)
+        s.emit(2.1, bind(p, n, 2.1))
+        s.emit(2.6, run(p, 2.6))
+        pods.append(p)
+    lost = ref("node_notready-taint-eviction.yaml", "Node")
+    n = node("f37", "rack-4")
+    n["spec"]["taints"] = [dict(t, timeAdded=iso(20 + k / 60)) for k, t in enumerate(lost["spec"]["taints"])]
+    n["status"]["conditions"] = [dict(c, lastTransitionTime=iso(20), lastHeartbeatTime=iso(19.3))
+                                 for c in lost["status"]["conditions"]]
+    s.emit(20, n)
+    p = pods[0]
+    for c in p["status"]["conditions"]:
+        if c["type"] == "Ready":
+            c.update(status="False", lastTransitionTime=iso(20.02))
+    s.emit(20.02, p)
+    disruption = next(c for c in ref("node_notready-taint-eviction.yaml", "Pod")["status"]["conditions"]
+                      if c["type"] == "DisruptionTarget")
+    p["status"]["conditions"].append(dict(disruption, lastTransitionTime=iso(25)))
+    p["metadata"]["deletionTimestamp"] = iso(25.5)
+    p["metadata"]["deletionGracePeriodSeconds"] = 30
+    s.emit(25, p)
+    wl["status"]["unhealthyNodes"] = [{"name": "f37"}]
+    s.emit(25.03, wl)
+    # kueue-0.19-reasons.md: Evicted NodeFailures (pkg/scheduler: no replacement), copied to Requeued True
+    msg = "Workload was evicted as there was no replacement for unhealthy node(s): f37"
+    wl["status"]["conditions"].append(cond("Evicted", "True", "NodeFailures", msg, 25.05))
+    wl["status"]["schedulingStats"] = {"evictions": [{"reason": "NodeFailures", "underlyingCause": "", "count": 1}]}
+    s.emit(25.05, wl)
+    name = wl["metadata"]["name"]
+    s.add(25.05, {"apiVersion": "v1", "kind": "Event", "type": "Normal", "reason": "EvictedDueToNodeFailures",
+                  "message": msg, "metadata": {"name": f"{name}.evicted2505", "namespace": NS},
+                  "involvedObject": {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "name": name,
+                                     "namespace": NS},
+                  "source": {"component": "kueue-admission"}, "count": 1,
+                  "firstTimestamp": iso(25.05), "lastTimestamp": iso(25.05)})
+    # the Job suspended: its pod on f38 deleted, the one on the lost node stays Terminating
+    q = pods[1]
+    q["metadata"]["deletionTimestamp"] = iso(25.6)
+    q["metadata"]["deletionGracePeriodSeconds"] = 30
+    s.emit(25.1, q)
+    s.emit(25.7, q, "DELETED")
+    wl["status"].pop("admission", None)
+    wl["status"].pop("unhealthyNodes", None)
+    kept = [c for c in wl["status"]["conditions"] if c["type"] not in ("QuotaReserved", "Admitted", "PodsReady")]
+    wl["status"]["conditions"] = kept + [
+        cond("QuotaReserved", "False", "Pending", msg, 25.1),
+        cond("Admitted", "False", "NoReservation", "The workload has no reservation", 25.1),
+        cond("PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded", 25.1),
+        cond("Requeued", "True", "NodeFailures", msg, 25.1)]
+    wl["status"]["requeueState"] = {"count": 1}
+    s.emit(25.1, wl)
+    # back in the queue on a full cluster (v0.19, gate off: Pending); the condition keeps its transition time
+    fit = 'couldn\'t assign flavors to pod set main: topology "default" doesn\'t allow to fit any of 2 pod(s)'
+    wl["status"]["conditions"] = [cond("QuotaReserved", "False", "Pending", fit, 25.1)
+                                  if c["type"] == "QuotaReserved" else c for c in wl["status"]["conditions"]]
+    s.emit(25.15, wl)
+    warn = {"apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "Pending", "message": fit,
+            "metadata": {"name": f"{name}.pending2515", "namespace": NS},
+            "involvedObject": {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "name": name,
+                               "namespace": NS},
+            "source": {"component": "kueue-admission"}, "count": 1,
+            "firstTimestamp": iso(25.15), "lastTimestamp": iso(25.15)}
+    s.add(25.15, warn)
+    s.emit(END - 1, dict(warn, count=9, lastTimestamp=iso(END - 1)))
+
+
 def _drained(s: Story) -> None:
     """f17 cordoned at 49 and the job's pod there evicted through the Eviction API; its replacement runs on f18."""
     running_pod(s, "drained", 0, "f16", 4)
@@ -472,7 +552,7 @@ def _story() -> Story:
     s = Story()
     ff.setup(s, 36)
     for fn in (_image_pull, _config_error, _mount, _slow_pull, _ready_timeout, _oom_loop, _backoff_limit,
-               _jobset_restarts, _finisher, _node_lost, _drained, _gpu_sick, _node_decoys, _throttled,
+               _jobset_restarts, _finisher, _node_lost, _kueue_node_lost, _drained, _gpu_sick, _node_decoys, _throttled,
                _throttled_bits, _hot_gpu, _clock_blip, _hung, _vanished, _checkpointer, _xid_crash,
                _throttle_and_links, _oom_failed, _drained_early, _oom_once, _not_jobs):
         fn(s)
@@ -509,6 +589,7 @@ EXPECTED = {
     "clock-blip": "unexplained_slowdown", "hung": "training_stalled", "vanished": "training_stalled",
     "checkpointer": "healthy", "xid-crash": "gpu_fault", "throttle-ic": "interconnect_degradation",
     "oom-failed": "workload_crash", "drained-early": "node_failure", "oom-once": "workload_crash",
+    "tas-lost": "node_failure",
 }
 
 
@@ -648,6 +729,21 @@ def test_node_lost_under_the_job(built) -> None:
     assert [p["reason"] for p in loss["pods"]] == ["DeletionByTaintManager"]
     assert "taint manager" in f["summary"]
     assert f["ended_at"] == iso(54.6)  # the replacement runs on f15
+
+
+def test_node_lost_under_kueue_is_no_preemption(built) -> None:
+    """Kueue's NodeFailures eviction and the requeue wait after it are the lost node's incident: node_failure, open
+    until the job runs again; no preemption and no admission wait is invented for it (watched and first seen in an
+    initial list at minute 50, 25 minutes into the wait)."""
+    _, con = built
+    rows = _rows(con)
+    f = rows[("tas-lost", "node_failure")]
+    assert f["started_at"] == iso(20) and f["ended_at"] is None and f["nodes"] == ["f37"]
+    losses = {loss["how"]: loss for loss in f["evidence"]["losses"]}
+    assert losses["kueue"]["reason"] == "NodeFailures" and "unhealthy node(s): f37" in losses["kueue"]["message"]
+    assert losses["kueue"]["lost_at"] == iso(25.05)
+    assert losses["not_ready"]["node"] == "f37" and losses["not_ready"]["ready"] == "Unknown"
+    assert sorted(c for j, c in rows if j == "tas-lost") == ["node_failure"]
 
 
 def test_drain(built) -> None:
