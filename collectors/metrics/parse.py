@@ -452,6 +452,25 @@ def _meta(line: str, om: bool) -> tuple[str, str, str] | None:
     return kw, name, line[i:].strip(" \t")
 
 
+def _text_meta_fast(line: str, names_ok: set[str]) -> tuple[str, str, str] | None:
+    """``_meta(line, False)`` for the lines exporters write (``# HELP name text``, ``# TYPE name type``:
+    one space each, a legacy name), by ``str`` methods; None for anything else, which ``_meta`` reads.
+
+    Exact, not an approximation (``test_metadata_fast_path_reads_as_the_grammar``): when the name
+    between the 7th character and the next space is a whole legacy name, ``_TEXT_META`` and ``_NAME_OK``
+    match exactly those spans. ``names_ok`` holds only legacy names (``parse_text`` adds no other); a valid
+    name is added to it, as the caller does after ``_meta``."""
+    if not line.startswith(("# HELP ", "# TYPE ")):
+        return None
+    sp = line.find(" ", 7)
+    name = line[7:] if sp < 0 else line[7:sp]
+    if name not in names_ok:
+        if not _NAME_OK.fullmatch(name):
+            return None
+        names_ok.add(name)
+    return line[2:6], name, "" if sp < 0 else line[sp:].strip(" \t")
+
+
 def _native(line: str) -> str | None:
     """The family of a native-histogram sample line (``name{labels} {count:..,sum:..}``), else None."""
     i = line.find(" {")
@@ -508,6 +527,7 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
     units: set[str] = set()
     sampled: set[str] = set()  # sample names so far (one_exposition: metadata after samples)
     prev_name = ""
+    bodies: dict[str, dict[str, str]] = {}  # label set text -> its labels (dcgm: 25 metrics share each set)
     seen_ts: set[tuple[str, int]] = set()  # (series as written, timestamp): a repeat is dropped, first kept
     dup_ts: list[int] = []
     natives: dict[str, int] = {}
@@ -542,11 +562,9 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
             try:
                 if om and raw != line and raw.rstrip(" ") != raw.rstrip():
                     raise ParseError("leading or trailing whitespace")
-                parts = line.split(None, 3)
-                if not om and len(parts) > 2 and parts[0] == "#" and parts[2] in names_ok:
-                    if parts[1] not in ("HELP", "TYPE"):
-                        continue
-                    kw, name, rest = parts[1], parts[2], parts[3] if len(parts) > 3 else ""  # the common case
+                meta = None if om else _text_meta_fast(line, names_ok)
+                if meta is not None:
+                    kw, name, rest = meta  # the common case: one space each, a legacy name
                 else:
                     meta = _meta(raw if om else line, om)
                     if meta is None:
@@ -599,8 +617,14 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
                 name = line[:brace].rstrip()
                 body = line[brace + 1:close]
                 rest = line[close + 1:]
-                labels = _fast_labels(body)
-                if labels is None:
+                labels = bodies.get(body)
+                if labels is not None:
+                    labels = labels.copy()  # each sample owns its dict
+                elif (labels := _fast_labels(body)) is not None:
+                    # this line may change its dict only by taking __name__ out or by the typed checks (le,
+                    # quantile), and only before the next line; then the set is kept as it was read
+                    bodies[body] = labels.copy() if checked or "__name__" in labels else labels
+                else:
                     labels, quoted = _labels_slow(body, om)
                     if quoted is not None:
                         if name:
@@ -625,10 +649,13 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
                 labels = {}
             if not parts or len(parts) > 2:
                 raise ParseError("expected a value and an optional timestamp after the labels")
-            try:
-                value = _value(parts[0])
+            v = parts[0]
+            try:  # _value inline (once per sample)
+                value = float(v)
             except ValueError:
-                raise ParseError(f"bad value {_q(parts[0])}") from None
+                raise ParseError(f"bad value {_q(v)}") from None
+            if "_" in v or (value != value and v[0] in "+-"):
+                raise ParseError(f"bad value {_q(v)}")
             if len(parts) == 2:
                 try:
                     ts: int | None = _om_ts_ms(parts[1]) if om else _text_ts_ms(parts[1])
@@ -662,7 +689,7 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
             if one_exposition:
                 sampled.add(name)
         if ts is not None:
-            key = (line[:line.rfind("}") + 1] if brace >= 0 else name, ts)
+            key = (line[:close + 1] if brace >= 0 else name, ts)
             if key in seen_ts:
                 dup_ts.append(lineno)
                 continue
