@@ -166,6 +166,7 @@ def _labels_slow(body: str, om: bool) -> tuple[dict[str, str], str | None]:
     return labels, quoted_name
 
 
+_NAMES_OK: set[str] = set()  # metric names that are legacy names (``_NAME_OK``), none other: a cache of the check
 _KEYSETS_OK: set[tuple[str, ...]] = set()  # label-name sets already validated (few distinct per exporter)
 
 
@@ -454,21 +455,21 @@ def _meta(line: str, om: bool) -> tuple[str, str, str] | None:
 
 def _text_meta_fast(line: str, names_ok: set[str]) -> tuple[str, str, str] | None:
     """``_meta(line, False)`` for the lines exporters write (``# HELP name text``, ``# TYPE name type``:
-    one space each, a legacy name), by ``str`` methods; None for anything else, which ``_meta`` reads.
+    one space each, a legacy name), by one ``split``; None for anything else, which ``_meta`` reads.
 
-    Exact, not an approximation (``test_metadata_fast_path_reads_as_the_grammar``): when the name
-    between the 7th character and the next space is a whole legacy name, ``_TEXT_META`` and ``_NAME_OK``
-    match exactly those spans. ``names_ok`` holds only legacy names (``parse_text`` adds no other); a valid
-    name is added to it, as the caller does after ``_meta``."""
-    if not line.startswith(("# HELP ", "# TYPE ")):
+    Exact, not an approximation (``test_metadata_fast_path_reads_as_the_grammar``): split on single spaces,
+    ``#``, ``HELP``/``TYPE`` and a whole legacy name are the spans ``_TEXT_META`` and ``_NAME_OK`` match, and
+    the rest after one space, stripped of blanks and tabs, is what ``_meta`` strips. ``names_ok`` holds only
+    legacy names (``_NAMES_OK``); a valid name is added to it, as the caller does after ``_meta``."""
+    parts = line.split(" ", 3)
+    if len(parts) < 3 or parts[0] != "#" or parts[1] not in ("HELP", "TYPE"):
         return None
-    sp = line.find(" ", 7)
-    name = line[7:] if sp < 0 else line[7:sp]
+    name = parts[2]
     if name not in names_ok:
         if not _NAME_OK.fullmatch(name):
             return None
         names_ok.add(name)
-    return line[2:6], name, "" if sp < 0 else line[sp:].strip(" \t")
+    return parts[1], name, parts[3].strip(" \t") if len(parts) == 4 else ""
 
 
 def _native(line: str) -> str | None:
@@ -515,7 +516,9 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
     metric, labels_col, value_col, ts_col, line_col = out.metric, out.labels, out.value, out.ts_ms, out.line
     errors, types = out.errors, out.types
     name_ok = _NAME_OK.fullmatch
-    names_ok: set[str] = set()  # names seen valid in this text (each metric repeats per series)
+    names_ok = _NAMES_OK  # legacy names already checked (each repeats per series, and scrape after scrape)
+    if len(names_ok) > 100_000:
+        names_ok.clear()
     bad_utf8 = None
     if not text.isascii():
         try:
@@ -644,8 +647,10 @@ def parse_text(text: str, *, require_timestamps: bool = False, first_line: int =
             else:
                 parts = line.split()
                 name = parts.pop(0)
-                if not name_ok(name):
-                    raise ParseError(f"invalid metric name {_q(name)}")
+                if name not in names_ok:
+                    if not name_ok(name):
+                        raise ParseError(f"invalid metric name {_q(name)}")
+                    names_ok.add(name)
                 labels = {}
             if not parts or len(parts) > 2:
                 raise ParseError("expected a value and an optional timestamp after the labels")

@@ -220,11 +220,16 @@ def test_metadata_fast_path_fuzzed_texts_parse_as_without_it(monkeypatch, one_ex
     """Whole texts, the line stripping and the checks after the metadata included, with and without the fast path."""
     rng = random.Random(3838)
     texts = [_fuzzed_text(rng) for _ in range(3_000)]
+    parse._NAMES_OK.clear()  # each pass checks the names itself
     fast = [_seen(parse_text(t, one_exposition=one_exposition)) for t in texts]
+    remembered = set(parse._NAMES_OK)
+    parse._NAMES_OK.clear()
     monkeypatch.setattr(parse, "_text_meta_fast", lambda line, names_ok: None)
     for t, seen in zip(texts, fast, strict=True):
         assert _seen(parse_text(t, one_exposition=one_exposition)) == seen, t
     assert sum(bool(s[5]) for s in fast) > 300  # many texts had a # TYPE read
+    # the names remembered from text to text (checked once) are legacy names only, which the fast path relies on
+    assert remembered and all(parse._NAME_OK.fullmatch(n) for n in remembered | parse._NAMES_OK)
 
 
 def test_samples_sharing_a_label_set_each_own_their_labels() -> None:
