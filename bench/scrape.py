@@ -7,7 +7,10 @@ broker. A round counts until every batch is acknowledged by Kafka. The baseline,
 in the same run on the same texts, is prometheus_client's parser (extrapolated from a
 sample of the targets) and this project's parser alone.
 
-    .venv/bin/python bench/scrape.py [--targets 1000] [--rounds 5]
+    .venv/bin/python bench/scrape.py [--targets 1000] [--rounds 5] [--against REV]
+
+``--against REV`` also times the parser of git revision REV (``2aef836``: before issue 38) on the same
+texts, interleaved with this one, and prints ``parse vs REV: x<this parser's CPU time / REV's>``.
 
 Ends with: ``scrape: targets=<n> round_s=<median seconds> share=<round_s/15>``.
 """
@@ -63,6 +66,42 @@ def _server(port_q: mp.Queue, targets: int) -> None:
     asyncio.run(main())
 
 
+def _parser_at(rev: str):
+    """The parse module of git revision ``rev``, loaded beside this one."""
+    import importlib.util
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    src = subprocess.run(["git", "-C", str(root), "show", f"{rev}:collectors/metrics/parse.py"], check=True,
+                         capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="gangscope-bench-")) / "parse_at_rev.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("parse_at_rev", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["parse_at_rev"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ratio_against(rev: str, texts: list[str], repeats: int = 15) -> str:
+    """This parser's CPU time over REV's on the same texts: each timed ``repeats`` times, alternately, best kept
+    (CPU time and the best of many: the machine may be shared)."""
+    from collectors.metrics import parse
+
+    other = _parser_at(rev)
+    if [len(other.parse_text(t)) for t in texts] != [len(parse.parse_text(t)) for t in texts]:
+        raise SystemExit(f"{rev}'s parser reads other samples from the bench's texts")
+    best = {parse: float("inf"), other: float("inf")}
+    for _ in range(repeats):
+        for m in best:
+            t = time.process_time()
+            for tx in texts:
+                m.parse_text(tx)
+            best[m] = min(best[m], time.process_time() - t)
+    return (f"parse vs {rev}: {best[parse] / len(texts) * 1e3:.3f} ms / {best[other] / len(texts) * 1e3:.3f} ms "
+            f"per target = x{best[parse] / best[other]:.2f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--targets", type=int, default=1000)
@@ -70,6 +109,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                     help="parse/encode worker processes, as `collect metrics` uses by default (0: in the scraper)")
     ap.add_argument("--baseline-sample", type=int, default=50, help="targets parsed by prometheus_client")
+    ap.add_argument("--against", metavar="REV", help="also time the parser of this git revision on the same texts")
     args = ap.parse_args()
 
     from prometheus_client.parser import text_string_to_metric_families
@@ -109,6 +149,8 @@ def main() -> int:
               f"{pc_s:.2f}s = {per_target * args.targets / pc_s:,.0f} samples/s; "
               f"gangscope parse alone {ours_s:.2f}s = {per_target * args.targets / ours_s:,.0f} samples/s "
               f"({pc_s / ours_s:.1f}x)")
+        if args.against:
+            print(_ratio_against(args.against, texts), flush=True)
 
         async def rounds() -> list[tuple[float, int, int]]:
             out = []
