@@ -387,12 +387,16 @@ def _admission_quota(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> N
     cq, res, flavor, short = ev.get("cluster_queue"), qd.get("resource"), qd.get("flavor"), qd.get("short")
     waited = f"Waiting {duration(ev.get('wait_s'))} for admission (threshold {duration(ev.get('threshold_s'))})"
     where = f" in ClusterQueue {cq}" if cq else ""
+    # Names the evidence lacks (an older Kueue's message, a queue not seen yet) are left out, never printed as "None".
+    queue = f"ClusterQueue {cq}" if cq else "its ClusterQueue"
+    in_flavor = f" in flavor {flavor}" if flavor else ""
     if res and short is not None:
-        out.sentences.append(f"{waited}{where}: {number(short)} {res} short in flavor {flavor}"
+        out.sentences.append(f"{waited}{where}: {number(short)} {res} short{in_flavor}"
                              + (f" (nominal quota {number(qd['nominal_quota'])})"
                                 if qd.get("nominal_quota") is not None else "") + ".")
     else:
-        out.sentences.append(f"{waited}{where}: {ev.get('reason')}: {ev.get('message')}.")
+        said = ": ".join(str(ev[k]) for k in ("reason", "message") if ev.get(k))
+        out.sentences.append(f"{waited}{where}" + (f": {said}." if said else "."))
     never = "maximum capacity" in str(ev.get("message") or "") or ev.get("reason") == "ExceedsMaxQuota"
     cohort, unused, limit = qd.get("cohort"), qd.get("cohort_unused"), qd.get("borrowing_limit")
     if cohort is None:
@@ -408,20 +412,21 @@ def _admission_quota(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> N
     need = f"{number(short)} {res}" if res and short is not None else "the missing quota"
     if never:
         action = (f"It can never be admitted as it is: shrink {f.get('namespace')}/{f.get('job')} by {need} or raise "
-                  f"the nominalQuota of {res or 'the resource'} in flavor {flavor} of ClusterQueue {cq} by {need}.")
+                  f"the nominalQuota of {res or 'the resource'}{in_flavor} of {queue} by {need}.")
     elif cohort is not None and "could cover" in borrow:
-        action = f"Check why ClusterQueue {cq} does not borrow {need} from cohort {cohort} (its borrowingLimit)."
+        action = f"Check why {queue} does not borrow {need} from cohort {cohort} (its borrowingLimit)."
     else:
-        action = (f"Free {need} in ClusterQueue {cq} (flavor {flavor}), raise its nominalQuota by {need}, or put "
-                  f"it in a cohort with spare {res or 'quota'}.")
+        action = (f"Free {need}{in_flavor} in {queue}, raise its nominalQuota by {need}, or put it in a cohort with "
+                  f"spare {res or 'quota'}.")
     out.steps.append(Step(action, _wl_condition(f, "QuotaReserved")))
 
 
 def _admission_topology(f: dict[str, Any], ev: dict[str, Any], out: Explained) -> None:
     t = _obj(ev.get("topology"))
     level = t.get("level") or ev.get("missing_level")
+    cq = ev.get("cluster_queue")
     out.sentences.append(f"Waiting {duration(ev.get('wait_s'))} for admission (threshold "
-                         f"{duration(ev.get('threshold_s'))}) in ClusterQueue {ev.get('cluster_queue')}.")
+                         f"{duration(ev.get('threshold_s'))})" + (f" in ClusterQueue {cq}." if cq else "."))
     if ev.get("missing_level"):
         out.sentences.append(f"It requests topology level {ev['missing_level']}, which no node carries as a label.")
         action = (f"Label the nodes with {ev['missing_level']} or change the job's {RACK_TOPOLOGY_HINT} to a "
@@ -445,6 +450,9 @@ def _admission_topology(f: dict[str, Any], ev: dict[str, Any], out: Explained) -
         elif fit == 0:
             action = (f"No {level} domain can hold even one pod: check the pods' GPU request against the "
                       f"{number(t.get('largest_free_node_gpus'))} GPUs a node has free, or free a whole domain.")
+        elif fit is None or not level:  # the message named no counts (an older Kueue's): no numbers to give
+            action = (f"Compare {f.get('namespace')}/{f.get('job')}'s {RACK_TOPOLOGY_HINT} with the GPUs free in each "
+                      "domain of that level, relax it to a wider level, or free GPUs in one domain.")
         else:
             action = (f"Shrink {f.get('namespace')}/{f.get('job')} to {fit} pods, relax {RACK_TOPOLOGY_HINT}: "
                       f"{level} to {PREFERRED_TOPOLOGY_HINT} or a wider level, or free GPUs in "

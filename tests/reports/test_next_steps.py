@@ -127,6 +127,23 @@ def test_explain_tolerates_missing_evidence() -> None:
     assert nextsteps.explain({"root_cause": "healthy", "evidence": {}}).steps == []
 
 
+def test_missing_names_are_left_out_not_printed_as_none() -> None:
+    """Evidence without a ClusterQueue or flavor (an older Kueue's message, a queue not seen yet) reads as prose: the
+    page and the report once said "Free 8 nvidia.com/gpu in ClusterQueue None (flavor None)"."""
+    partial = ({"wait_s": 900}, {"quota": {"resource": "nvidia.com/gpu", "short": 8}},
+               {"quota": {"resource": "nvidia.com/gpu", "short": 8, "cohort": "c"}, "message": "maximum capacity"},
+               {"quota": {"resource": "nvidia.com/gpu", "short": 8, "cohort": "c", "cohort_unused": 16}},
+               {"missing_level": "rack"})
+    for cause in ("admission_quota", "admission_topology"):
+        for ev in partial:
+            out = nextsteps.explain({"namespace": "ns", "job": "j", "root_cause": cause, "evidence": ev})
+            text = " ".join(out.sentences + [s.action for s in out.steps])
+            assert "None" not in text, (cause, ev, text)
+    quota = nextsteps.explain({"namespace": "ns", "job": "j", "root_cause": "admission_quota",
+                               "evidence": {"quota": {"resource": "nvidia.com/gpu", "short": 8}}})
+    assert quota.steps[0].action.startswith("Free 8 nvidia.com/gpu in its ClusterQueue, raise its nominalQuota")
+
+
 def test_commands_quote_cluster_names() -> None:
     evil = "x; rm -rf / #"
     f = {"namespace": evil, "job": evil, "job_kind": "Job", "workload": evil, "root_cause": "admission_quota",
