@@ -194,8 +194,9 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
                 stop_server = server
                 for path, (handler, max_body) in routes.items():
                     server.add_route("POST", path, handler, max_body_bytes=max_body)
-                log.debug("telemetry on http://%s (/metrics, /healthz%s)", settings.server.listen,
-                          "".join(f", POST {p}" for p in routes))
+                # Port 0 (any free port): the summary could not name it, so this line does.
+                log.log(logging.INFO if settings.server.listen.endswith(":0") else logging.DEBUG,
+                        "telemetry on %s (/metrics, /healthz%s)", server.url, "".join(f", POST {p}" for p in routes))
                 if page is not None:
                     page.start().mount(server)
                     auth = " (asks for server.token / server.basic_auth)" if (

@@ -158,7 +158,9 @@ def summary(start: Startup, bootstrap: str, embedded: bool) -> str:
     lines.append(f"  Kafka: {bootstrap}" + (" (embedded, in memory: set --bootstrap-servers for a real cluster)"
                                             if embedded else ""))
     if s.server.listen:
-        lines.append(f"  telemetry: http://{s.server.listen}/metrics")
+        host, _, port = s.server.listen.rpartition(":")
+        lines.append(f"  telemetry: http://{s.server.listen}/metrics" if port != "0" else
+                     f"  telemetry: a free port on {host} (said once it serves)")
     return "\n".join(lines)
 
 

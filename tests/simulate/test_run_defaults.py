@@ -9,6 +9,7 @@ it says so once with the fix and keeps running what it can.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -104,6 +105,9 @@ def test_run_with_only_a_kubeconfig_watches_the_cluster_and_scrapes_its_exporter
         and "PodGroup scheduling.volcano.sh/v1beta1" in summary
     assert f"exporters through the API server's pod proxy: dcgm {sb.nodes}, node {sb.nodes}, kueue 1," in summary
     assert "lake: " in summary and f"Kafka: {settings.kafka.bootstrap_servers}" in summary
+    # server.listen 127.0.0.1:0: the summary cannot know the port, the line after it names the one served.
+    assert ":0/metrics" not in err and "telemetry: a free port on 127.0.0.1 (said once it serves)" in summary
+    assert re.search(r"telemetry on http://127\.0\.0\.1:[1-9][0-9]* \(/metrics, /healthz", err), err
     # The summary is the start; the kinds are not said again one per line, and the noise is gone.
     assert "watching v1 Pod" not in err and "collector k8s started" not in err
     for noise in ("apscheduler", "Adding job tentatively", "max.message.bytes", "KafkaConnectionError"):
