@@ -328,7 +328,7 @@ class _Loop:
 
         Fresh records wait until the batch is full or ``flush_seconds`` have passed since the last hand-over, so a
         steady trickle lands once per interval (landing at every poll that came back empty wrote one small
-        object per table per poll: 688 objects a minute at a 2 s flush, docs/scaling.md section 7), and a
+        object per table per poll: docs/scaling.md section 7), and a
         record after an idle gap lands at once. A late batch (its oldest record produced ``flush_seconds``
         ago or more: a backlog, or the pipeline was away) or a bounded drain does not wait: it lands a quarter
         full while the lander has nothing to do (so a backlog starts landing at once and batches grow only
