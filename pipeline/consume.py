@@ -244,7 +244,9 @@ class _Loop:
         self.lander = _Lander(self.con, self.ids, claims=self.claims)
         self.buffer: list[Record] = []
         self.buffer_bytes = 0
-        self.first_buffered = 0.0
+        self.born = 0.0  # time.monotonic() when the buffer's oldest record was produced (Kafka timestamp) or polled
+        self.handed_at = float("-inf")  # time.monotonic() when the last batch was handed to the lander
+        self.draining = False  # a bounded run (--once, until): no later record is worth waiting for
         self.to_commit: dict[tuple[str, int], int] = {}
         self.assigned_at: float | None = None
         self.first_assigned_at: float | None = None
@@ -296,23 +298,54 @@ class _Loop:
         n = 0
         for recs in self.consumer.poll(timeout_ms=timeout_ms).values():
             telemetry.records_polled(recs)
-            if not self.buffer and recs:
-                self.first_buffered = time.monotonic()
+            now, wall_ms = time.monotonic(), time.time() * 1000
             for r in recs:
+                # A record's age from its Kafka timestamp (none, or one ahead of our clock: polled now).
+                born = now - max(0.0, wall_ms - r.timestamp) / 1000 if (r.timestamp or 0) > 0 else now
+                self.born = born if not self.buffer else min(self.born, born)
                 self.buffer.append((r.topic, r.partition, r.offset, r.value))
                 self.buffer_bytes += len(r.value or b"")
             n += len(recs)
         return n
 
-    def due(self) -> bool:
-        """A batch is due when full, old enough, or a quarter full while the lander has nothing to do
-        (so a backlog starts landing at once and batches grow only while the lander is busy)."""
+    def late(self, now: float) -> bool:
+        """The buffer holds a record produced ``flush_seconds`` ago or more, or this is a bounded drain."""
+        return self.draining or now - self.born >= self.settings.pipeline.flush_seconds
+
+    def poll_ms(self) -> int:
+        """How long the next poll may wait: briefly while a late batch is buffered, so it is handed over as soon
+        as the lander is free (a 200 ms poll left the lander idle that long at the end of a backlog); while
+        fresh records wait for their flush, no longer than that."""
+        if not self.buffer:
+            return 200
+        now = time.monotonic()
+        if self.late(now):
+            return 20
+        return int(min(200.0, max(20.0, (self.handed_at + self.settings.pipeline.flush_seconds - now) * 1000)))
+
+    def due(self, got: int) -> bool:
+        """Whether to hand the buffer to the lander now, after a poll that returned ``got`` records.
+
+        Fresh records wait until the batch is full or ``flush_seconds`` have passed since the last hand-over, so a
+        steady trickle lands once per interval (landing at every poll that came back empty wrote one small
+        object per table per poll: docs/scaling.md section 7), and a
+        record after an idle gap lands at once. A late batch (its oldest record produced ``flush_seconds``
+        ago or more: a backlog, or the pipeline was away) or a bounded drain does not wait: it lands a quarter
+        full while the lander has nothing to do (so a backlog starts landing at once and batches grow only
+        while the lander is busy), and at once when a poll brings nothing new and the decoder is free (the
+        tail of a backlog; waiting until the writer was idle too left it idle ~0.15 s).
+        """
+        if not self.buffer:
+            return False
         p = self.settings.pipeline
-        return bool(self.buffer) and (
-            len(self.buffer) >= p.batch_records or self.buffer_bytes >= p.batch_bytes
-            or time.monotonic() - self.first_buffered >= p.flush_seconds
-            or (not self.lander.pending and (len(self.buffer) >= p.batch_records // 4
-                                             or self.buffer_bytes >= p.batch_bytes // 4)))
+        now = time.monotonic()
+        full = len(self.buffer) >= p.batch_records or self.buffer_bytes >= p.batch_bytes
+        if full or now - self.handed_at >= p.flush_seconds:
+            return True
+        if not self.late(now):
+            return False
+        quarter = len(self.buffer) >= p.batch_records // 4 or self.buffer_bytes >= p.batch_bytes // 4
+        return (quarter and not self.lander.pending) or (not got and self.lander.jobs.empty())
 
     def flush(self, wait: bool = False) -> None:
         """Hand the buffer to the lander (blocks while another batch waits); ``wait``: until all landed."""
@@ -320,6 +353,7 @@ class _Loop:
             batch = [(t, p, o, v or b"") for t, p, o, v in self.buffer]
             self.buffer, self.buffer_bytes = [], 0
             self.lander.submit(batch)
+            self.handed_at = time.monotonic()  # after a submit that waited: the next batch gets its full interval
         self.collect(wait)
 
     def collect(self, wait: bool = False) -> None:
@@ -464,6 +498,7 @@ def run(settings: Settings, bootstrap: str, *, once: bool = False,
     stop = stop or threading.Event()
     started = time.monotonic()
     loop = _Loop(settings, bootstrap, claiming=until is None)
+    loop.draining = once or until is not None
     try:
         goal: dict[tuple[str, int], int] = {}
         if once:
@@ -480,18 +515,14 @@ def run(settings: Settings, bootstrap: str, *, once: bool = False,
     logged = 0
     try:
         while not stop.is_set():
-            # While records are buffered, poll briefly so they are handed over as soon as the lander is free
-            # (a 200 ms poll left the lander idle for up to that long at the end of a backlog).
-            got = loop.poll(20 if loop.buffer else 200)
+            got = loop.poll(loop.poll_ms())
             now = time.monotonic()
             if got:
                 last_new = now
             elif now - max(last_new, last_unstick, loop.assigned_at or started) >= STALL_S:
                 last_unstick = now
                 loop.unstick()
-            # Nothing new (the backlog is drained) and the decoder free to take it: land what is buffered now
-            # (waiting until the writer was idle too left the last batch of a backlog idle ~0.15 s).
-            if loop.due() or (not got and loop.buffer and loop.lander.jobs.empty()):
+            if loop.due(got):
                 loop.flush()
             else:
                 loop.collect()

@@ -452,14 +452,15 @@ def own_s3(tmp_path: Path, home: Path) -> Iterator[S3Server]:
 OUTAGE_S = 60.0
 
 
+@pytest.mark.both_brokers
 @pytest.mark.timeout(900)
-def test_object_store_away_for_a_minute(tansu_broker, own_s3: S3Server, pg_catalog: str, home: Path,
+def test_object_store_away_for_a_minute(broker, own_s3: S3Server, pg_catalog: str, home: Path,
                                         tmp_path: Path, procs: list[Proc], monkeypatch: pytest.MonkeyPatch) -> None:
     """SeaweedFS stopped for 60 s under two writers and `gangscope run`: they wait and retry (no crash), /healthz says
     degraded meanwhile and ok after, nothing is lost or doubled, and compaction leaves no orphan object behind."""
     monkeypatch.setenv("HOME", str(home / "own"))
-    settings = _lake_settings(tmp_path, own_s3, pg_catalog, bootstrap_servers=tansu_broker.bootstrap)
-    pkafka.ensure_topics(settings, tansu_broker.bootstrap)
+    settings = _lake_settings(tmp_path, own_s3, pg_catalog, bootstrap_servers=broker.bootstrap)
+    pkafka.ensure_topics(settings, broker.bootstrap)
     lake.connect(settings).close()
     port = free_port()
     env = {"HOME": str(home / "own")}
@@ -514,16 +515,17 @@ def test_object_store_away_for_a_minute(tansu_broker, own_s3: S3Server, pg_catal
     assert len(objects) > 0 and before > 0
 
 
+@pytest.mark.both_brokers
 @pytest.mark.timeout(600)
-def test_catalog_restarted_under_writers(tansu_broker, s3_server: S3Server, tmp_path: Path,
+def test_catalog_restarted_under_writers(broker, s3_server: S3Server, tmp_path: Path,
                                          procs: list[Proc]) -> None:
     """PostgreSQL restarted (fast shutdown, as `pg_ctl restart` does) while two writers land: they reconnect or
     wait, none crashes, every record lands once."""
     server = postgres.start()
     try:
         assert server.psql("CREATE DATABASE lake").returncode == 0
-        settings = _lake_settings(tmp_path, s3_server, server.url("lake"), bootstrap_servers=tansu_broker.bootstrap)
-        pkafka.ensure_topics(settings, tansu_broker.bootstrap)
+        settings = _lake_settings(tmp_path, s3_server, server.url("lake"), bootstrap_servers=broker.bootstrap)
+        pkafka.ensure_topics(settings, broker.bootstrap)
         lake.connect(settings).close()
         writers = [_spawn(f"writer-{c}", ["pipeline"], _env(settings, tmp_path / f"data-{c}"), tmp_path)
                    for c in "ab"]

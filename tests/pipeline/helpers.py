@@ -79,6 +79,26 @@ def publish(settings: Settings, events: range, scrapes: range = range(0)) -> dic
         return pub.acked_offsets()
 
 
+def publish_produced_at(settings: Settings, events: range, timestamp_ms: int) -> dict[tuple[str, int], int]:
+    """Publish pod events stamped as produced at ``timestamp_ms`` (Kafka CreateTime): records that waited elsewhere
+    (a backlog, a pipeline that was away); the acknowledged next offsets."""
+    from gangscope.transport import kafka as pkafka
+
+    assert settings.kafka.bootstrap_servers
+    topic = pkafka.topics(settings)["k8s"]
+    prod = pkafka.producer(settings, settings.kafka.bootstrap_servers)
+    try:
+        sent = [prod.send(topic, e.to_bytes(), key=e.key(), timestamp_ms=timestamp_ms) for e in map(pod_event, events)]
+        prod.flush(60)
+        acked: dict[tuple[str, int], int] = {}
+        for f in sent:
+            md = f.get(timeout=60)
+            acked[(md.topic, md.partition)] = max(acked.get((md.topic, md.partition), 0), md.offset + 1)
+        return acked
+    finally:
+        prod.close()
+
+
 def landed_counts(settings: Settings, con=None) -> tuple[int, int, int, int]:
     """(k8s rows, distinct uids, samples, distinct samples) in the lake: equal pairs mean nothing doubled."""
     from pipeline import lake

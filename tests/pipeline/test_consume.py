@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import re
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -291,3 +294,124 @@ def test_a_partition_kafka_python_stops_fetching_is_re_sought_and_lands_once(set
     finally:
         loop.close()
     assert landed_counts(settings)[:2] == (80, 80)  # every record, each once
+
+
+def _watched(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
+    """Records per poll of the consume loop, and per batch it hands to the lander, as they happen."""
+    polls: list[int] = []
+    batches: list[int] = []
+    real_poll, real_submit = consume._Loop.poll, consume._Lander.submit
+
+    def poll(self: consume._Loop, timeout_ms: int) -> int:
+        n = real_poll(self, timeout_ms)
+        polls.append(n)
+        return n
+
+    def submit(self: consume._Lander, batch: list) -> None:
+        batches.append(len(batch))
+        real_submit(self, batch)
+
+    monkeypatch.setattr(consume._Loop, "poll", poll)
+    monkeypatch.setattr(consume._Lander, "submit", submit)
+    return polls, batches
+
+
+@contextlib.contextmanager
+def _running(settings: config.Settings) -> Iterator[threading.Event]:
+    """``consume.run`` as a long-running member on a thread; leaving sets its stop event (what SIGTERM does) and
+    waits for it to return (it lands what is buffered)."""
+    assert settings.kafka.bootstrap_servers
+    lake.connect(settings).close()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            consume.run(settings, settings.kafka.bootstrap_servers or "", stop=stop)
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        thread.join(120)
+    assert not thread.is_alive() and not errors, errors
+
+
+def _wait_landed(settings: config.Settings, k8s_rows: int, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while landed_counts(settings)[0] < k8s_rows and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert landed_counts(settings)[0] == k8s_rows
+
+
+def _polled_then_idle(polls: list[int], since: int, records: int, idle_polls: int = 10) -> None:
+    """Wait until the loop has polled ``records`` more records since poll number ``since``, and then polled
+    ``idle_polls`` times with nothing new."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done = list(itertools.accumulate(polls[since:]))
+        if records in done and len(done) - done.index(records) > idle_polls:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"polled {sum(polls[since:])} of {records} record(s), then {polls[-idle_polls:]}")
+
+
+def test_a_trickle_lands_once_per_flush_interval_not_at_every_empty_poll(
+    settings: config.Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A steady stream of a record or two per poll lands once per ``flush_seconds``, not at every poll that came
+    back empty: each landing writes an object per table, and on object storage a trickle wrote hundreds of tiny
+    objects a minute. Stopping lands what still waits; every record lands once."""
+    from gangscope.transport.publish import Publisher
+    from tests.pipeline.helpers import pod_event
+
+    settings.pipeline.flush_seconds = 1.5
+    polls, batches = _watched(monkeypatch)
+    assert settings.kafka.bootstrap_servers
+    with _running(settings), Publisher(settings, settings.kafka.bootstrap_servers) as pub:
+        pub.publish(pod_event(0))
+        assert pub.flush(60)
+        _wait_landed(settings, 1)  # the member is assigned and landing
+        before = len(batches)
+        started = time.monotonic()
+        for i in range(1, 41):
+            pub.publish(pod_event(i))
+            assert pub.flush(60)
+            time.sleep(0.1)
+    elapsed = time.monotonic() - started  # through the last landing, at the stop
+    trickle = batches[before:]
+    assert sum(trickle) == 40 and sum(1 for n in polls if n) > len(trickle)
+    # One hand-over per interval (the first may come at once, the stop lands the rest), not one per record.
+    assert len(trickle) <= elapsed / settings.pipeline.flush_seconds + 2, (trickle, elapsed)
+    assert landed_counts(settings)[:2] == (41, 41)
+
+
+def test_late_records_land_at_once_and_fresh_ones_wait_for_the_flush(
+    settings: config.Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flush_seconds`` bounds how long fresh records wait, it does not delay records that are late already: the
+    first records after an idle gap land at once, and so do records produced longer than the interval ago (a
+    backlog, a pipeline that was away) together with whatever fresh ones wait beside them. Fresh records within
+    the interval wait in the buffer however many empty polls pass; stopping lands them, each once."""
+    from tests.pipeline.helpers import publish_produced_at
+
+    settings.pipeline.flush_seconds = 600.0  # fresh records would wait for it: only the rules under test land
+    polls, batches = _watched(monkeypatch)
+    with _running(settings):
+        publish(settings, range(0, 10))
+        _wait_landed(settings, 10)  # after an idle gap (here the start): at once
+        since, handed = len(polls), len(batches)
+        publish(settings, range(10, 20))
+        _polled_then_idle(polls, since, 10)
+        assert len(batches) == handed and landed_counts(settings)[0] == 10  # fresh: they wait for the flush
+        publish_produced_at(settings, range(20, 30), int(time.time() * 1000) - 3_600_000)
+        _wait_landed(settings, 30)  # an hour late: at once, the fresh ones waiting with them
+        since, handed = len(polls), len(batches)
+        publish(settings, range(30, 40))
+        _polled_then_idle(polls, since, 10)
+        assert len(batches) == handed and landed_counts(settings)[0] == 30
+    assert landed_counts(settings)[:2] == (40, 40)  # the stop landed what waited; every record once
