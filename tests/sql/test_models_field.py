@@ -489,6 +489,17 @@ def _xid_unhealthy(s: Story) -> None:
     s.emit(40.05, _sick_node("f39", 40, 63))
 
 
+def _xid_and_more_unhealthy(s: Story) -> None:
+    """Control: XID 63 on GPU 1 of f42 at 40, but 2 of its 8 GPUs marked unhealthy (allocatable 6): more than the
+    fault names, so the node's loss is not only that GPU."""
+    s.add(0, node("f42", "rack-5"))
+    p = running_pod(s, "xid-two", 0, "f42", 2)["metadata"]["name"]
+    _xid_gpu(s, "f42", p, 1, 63, 40)
+    n = _sick_node("f42", 40, 63)
+    n["status"]["allocatable"]["nvidia.com/gpu"] = "6"
+    s.emit(40.05, n)
+
+
 def _xid_and_node_lost(s: Story) -> None:
     """Control: XID 79 on GPU 2 of f40 at 44 with its allocatable drop, while f41, the job's other node, stops
     posting status at 48 and the taint manager deletes the pod there at 53: two incidents."""
@@ -609,7 +620,7 @@ def _story() -> Story:
                _jobset_restarts, _finisher, _node_lost, _kueue_node_lost, _drained, _gpu_sick, _node_decoys, _throttled,
                _throttled_bits, _hot_gpu, _clock_blip, _hung, _vanished, _checkpointer, _xid_crash,
                _throttle_and_links, _oom_failed, _drained_early, _oom_once, _xid_unhealthy, _xid_and_node_lost,
-               _not_jobs):
+               _xid_and_more_unhealthy, _not_jobs):
         fn(s)
     s.add(END, node("f32", "rack-3"))  # the data's "now"
     return s
@@ -645,9 +656,10 @@ EXPECTED = {
     "checkpointer": "healthy", "xid-crash": "gpu_fault", "throttle-ic": "interconnect_degradation",
     "oom-failed": "workload_crash", "drained-early": "node_failure", "oom-once": "workload_crash",
     "tas-lost": "node_failure", "xid-sick": "gpu_fault", "xid-lost": "gpu_fault",
+    "xid-two": "gpu_fault",
 }
 # second findings that are a separate incident of the same job
-SECOND = {("xid-lost", "node_failure")}
+SECOND = {("xid-lost", "node_failure"), ("xid-two", "node_failure")}
 
 
 def test_every_job_gets_its_class_and_no_job_is_invented(built) -> None:
@@ -684,6 +696,9 @@ def test_gpu_marked_unhealthy_after_its_xid_is_one_incident(built) -> None:
     f = rows[("xid-lost", "node_failure")]
     assert f["nodes"] == ["f41"] and [loss["how"] for loss in f["evidence"]["losses"]] == ["not_ready"]
     assert rows[("xid-lost", "gpu_fault")]["nodes"] == ["f40"]
+    # two GPUs marked unhealthy where the fault names one: the node is not only that GPU's trouble
+    assert sorted(c for j, c in rows if j == "xid-two") == ["gpu_fault", "node_failure"]
+    assert rows[("xid-two", "node_failure")]["evidence"]["losses"][0]["gpus_allocatable"] == 6
 
 
 def test_image_that_never_pulls(built) -> None:
