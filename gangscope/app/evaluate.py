@@ -2,10 +2,12 @@
 
 Each run: ``collectors.simulate.generate`` -> land the files into a fresh lake -> ``models.build`` ->
 ``reports.diagnose.findings(include_healthy=True)``; a job's predicted class is its primary finding (precedence of
-CONTRACT section 4). Files land straight through ``pipeline.land.land`` (the decoding and landing code the Kafka
-consumer runs, without a broker, so dozens of runs fit in minutes); ``--via-kafka`` replays them through an
-embedded broker instead. Scenarios run over several seeds and sizes, variants (first contact, slow pulls,
-Kubernetes 1.35 / 1.37 shapes, job kinds) over fewer, since each repeats a scenario's faults.
+CONTRACT section 4), and its other findings whose class its truth does not name are counted apart (extra findings:
+one incident reported twice changes no primary class). Files land straight through ``pipeline.land.land`` (the
+decoding and landing code the Kafka consumer runs, without a broker, so dozens of runs fit in minutes);
+``--via-kafka`` replays them through an embedded broker instead. Scenarios run over several seeds and sizes,
+variants (first contact, slow pulls, Kubernetes 1.35 / 1.37 shapes, job kinds) over fewer, since each repeats a
+scenario's faults.
 """
 
 from __future__ import annotations
@@ -27,13 +29,15 @@ from gangscope.rootcauses import ROOT_CAUSES as CLASSES
 
 @dataclass(frozen=True)
 class Outcome:
-    """One job of one run: its true class, its predicted (primary) class, and whether any finding is critical."""
+    """One job of one run: its true class, its predicted (primary) class, whether any finding is critical, and the
+    classes of its findings beyond the primary one that its truth does not name."""
 
     run: str
     job: str
     truth: str
     predicted: str
     critical: bool = False
+    extra: tuple[str, ...] = ()
 
 
 @dataclass
@@ -46,6 +50,7 @@ class Scores:
     phantom_jobs: int = 0
     wrong: int = 0
     stuck_called_healthy: int = 0  # jobs whose truth is a fault but whose primary finding is healthy
+    extra_findings: int = 0  # findings beyond a job's primary one whose class its truth does not name
 
 
 def land_files(settings: config.Settings, k8s: list[str], metrics: list[str], batch: int = 2000) -> None:
@@ -81,10 +86,10 @@ def _replay_kafka(settings: config.Settings, k8s: list[str], metrics: list[str])
         replay(settings, k8s, metrics, land=True)
 
 
-def run_scenario(name: str, seed: int, nodes: int, work: Path,
-                 via_kafka: bool = False) -> tuple[list[tuple[str, str, str, bool]], list[str]]:
-    """(job, true class, predicted class, any critical finding) for every job of one generated scenario, and the
-    jobs gangscope reported that the truth does not have (phantoms)."""
+def run_scenario(name: str, seed: int, nodes: int, work: Path, via_kafka: bool = False
+                 ) -> tuple[list[tuple[str, str, str, bool]], list[str], dict[str, list[str]]]:
+    """(job, true class, predicted class, any critical finding) for every job of one generated scenario, the
+    jobs gangscope reported that the truth does not have (phantoms), and each job's extra findings (``extras``)."""
     from collectors.simulate import generate
     from pipeline import lake, models
     from reports import diagnose
@@ -100,7 +105,7 @@ def run_scenario(name: str, seed: int, nodes: int, work: Path,
     finally:
         con.close()
     truth = json.loads((g.directory / "truth.json").read_text())
-    return score(truth, rows), phantoms(truth, rows)
+    return score(truth, rows), phantoms(truth, rows), extras(truth, rows)
 
 
 def phantoms(truth: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
@@ -126,6 +131,27 @@ def primary(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
     return best
 
 
+def extras(truth: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Per job of the truth ("ns/job"), the classes of its findings beyond its primary one that the truth does not
+    name for it (any of its runs' classes: a re-run's own fault is called for), in precedence order. The primary is
+    scored as the predicted class; a second finding for the same incident is counted here, since it changes no
+    primary class. Jobs the truth does not have are phantoms, not counted here."""
+    expected: dict[tuple[str, str], set[str]] = {}
+    for j in truth["jobs"]:
+        expected.setdefault((j["namespace"], j["job"]), set()).add(j["root_cause"])
+    found: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        key = (r["namespace"], r["job"])
+        if key in expected and r["root_cause"] != "healthy":
+            found.setdefault(key, []).append(r["root_cause"])
+    out: dict[str, list[str]] = {}
+    for key, classes in found.items():
+        extra = [c for c in sorted(classes, key=CLASSES.index)[1:] if c not in expected[key]]
+        if extra:
+            out[f"{key[0]}/{key[1]}"] = extra
+    return out
+
+
 def score(truth: dict[str, Any], rows: list[dict[str, Any]]) -> list[tuple[str, str, str, bool]]:
     """(job, true class, predicted class or "missing", any critical finding) per job of the truth."""
     pred = primary(rows)
@@ -141,12 +167,14 @@ def score(truth: dict[str, Any], rows: list[dict[str, Any]]) -> list[tuple[str, 
 def scores(outcomes: Iterable[Outcome], phantom_jobs: int = 0) -> Scores:
     """Precision/recall/F1 per class (classes with neither support nor predictions are left out of the macro F1);
     ``healthy_flagged``: jobs healthy in truth with a non-healthy primary finding; ``stuck_called_healthy``: jobs
-    whose truth is a fault but whose primary finding is healthy (healthy is earned: CONTRACT section 4)."""
+    whose truth is a fault but whose primary finding is healthy (healthy is earned: CONTRACT section 4);
+    ``extra_findings``: findings beyond each job's primary one that its truth does not call for."""
     out = list(outcomes)
     m: Counter[tuple[str, str]] = Counter((o.truth, o.predicted) for o in out)
     s = Scores(phantom_jobs=phantom_jobs, wrong=sum(o.truth != o.predicted for o in out),
                healthy_flagged=sum(o.truth == "healthy" and o.predicted not in ("healthy", "missing") for o in out),
-               stuck_called_healthy=sum(o.truth != "healthy" and o.predicted == "healthy" for o in out))
+               stuck_called_healthy=sum(o.truth != "healthy" and o.predicted == "healthy" for o in out),
+               extra_findings=sum(len(o.extra) for o in out))
     for c in CLASSES:
         tp = m[(c, c)]
         fp = sum(v for (t, p), v in m.items() if p == c and t != c)
@@ -189,9 +217,14 @@ def render(outcomes: list[Outcome], s: Scores, runs: int) -> str:
     if wrong:
         lines += ["", "misclassified:"]
         lines += [f"  {o.run}: {o.job}: truth={o.truth} predicted={o.predicted}" for o in wrong[:40]]
+    doubled = [o for o in outcomes if o.extra]
+    if doubled:
+        lines += ["", "extra findings (beyond the primary, not in the truth):"]
+        lines += [f"  {o.run}: {o.job}: truth={o.truth} predicted={o.predicted} extra={','.join(o.extra)}"
+                  for o in doubled[:40]]
     lines += [f"runs: {runs}",
               f"evaluate: macro_f1={s.macro_f1:.3f} healthy_flagged={s.healthy_flagged} phantom_jobs={s.phantom_jobs} "
-              f"stuck_called_healthy={s.stuck_called_healthy}"]
+              f"stuck_called_healthy={s.stuck_called_healthy} extra_findings={s.extra_findings}"]
     return "\n".join(lines)
 
 
@@ -234,15 +267,16 @@ def evaluate(names: list[str], seeds: list[int], nodes: list[int], variant_seeds
             for n in variant_nodes if variant else nodes:
                 tag = f"{name}/seed={seed}/nodes={n}"
                 try:
-                    res, ghosts = run_scenario(name, seed, n, work, via_kafka)
+                    res, ghosts, more = run_scenario(name, seed, n, work, via_kafka)
                 except ValueError as e:  # the simulator cannot lay this scenario out on n nodes
                     progress(f"{tag}: skipped ({e})")
                     continue
                 runs += 1
-                outcomes += [Outcome(tag, job, t, p, crit) for job, t, p, crit in res]
+                outcomes += [Outcome(tag, job, t, p, crit, tuple(more.get(job, ()))) for job, t, p, crit in res]
                 phantom_jobs += len(ghosts)
                 flagged = [job for job, t, p, _ in res if t == "healthy" and p not in ("healthy", "missing")]
-                extra = "".join(f" flagged={j}" for j in flagged) + "".join(f" phantom={j}" for j in ghosts)
+                extra = "".join(f" flagged={j}" for j in flagged) + "".join(f" phantom={j}" for j in ghosts) \
+                    + "".join(f" extra={j}:{','.join(c)}" for j, c in more.items())
                 bad = sum(1 for _, t, p, _ in res if t != p)
                 progress(f"{tag}: jobs={len(res)} wrong={bad}{extra} ({time.perf_counter() - t0:.0f}s)")
     return outcomes, scores(outcomes, phantom_jobs), runs
@@ -255,8 +289,9 @@ def register(groups: dict[str, Any], common: Any) -> None:
         "Kueue v0.19 shapes, the job kinds @ray @trainjob @pytorchjob @mpijob @lws @podgroup), land each into a fresh "
         "lake, build the models and compare every job's primary finding with the ground truth (and, for the job "
         "kinds, its job_kind). Prints a confusion matrix, per-class precision/recall, macro F1 per API shape, and "
-        "ends `evaluate: macro_f1=<f> healthy_flagged=<k> phantom_jobs=<p> stuck_called_healthy=<s>` (<s>: jobs "
-        "whose injected fault was called healthy). Leaves --data alone: each run has "
+        "ends `evaluate: macro_f1=<f> healthy_flagged=<k> phantom_jobs=<p> stuck_called_healthy=<s> "
+        "extra_findings=<x>` (<s>: jobs whose injected fault was called healthy; <x>: findings beyond a job's primary "
+        "one whose class its truth does not name, e.g. one incident reported twice). Leaves --data alone: each run has "
         "its own lake (kept with --keep).")
     p.add_argument("--scenarios", default="all", help="comma-separated scenario / variant names or globs, e.g. "
                    "'gang_assembly,*@k8s-1.37' (default: every scenario and variant)")

@@ -44,8 +44,24 @@ gpu_f AS (
                   strftime(min(started_at), '%Y-%m-%dT%H:%M:%SZ')) AS summary
     FROM gpu GROUP BY cluster, namespace, job
 ),
+gpu_nodes AS (
+    -- The GPUs the job's gpu_fault names, per node.
+    SELECT cluster, namespace, job, node, count(DISTINCT gpu) AS gpus, min(started_at) AS first_at
+    FROM gpu GROUP BY ALL
+),
+node_loss AS (
+    -- One incident, one finding: GPUs marked unhealthy (allocatable drop) on a node where the job's gpu_fault names
+    -- at least as many GPUs, named before the GPUs came back, are that fault's (the device plugin reacting to the
+    -- XID), not a lost node. Any other loss of that node, or of another node, stays.
+    SELECT n.* FROM intermediate.int_node_loss n
+    WHERE NOT (n.how = 'gpus_unhealthy'
+               AND EXISTS (SELECT 1 FROM gpu_nodes g
+                           WHERE g.cluster = n.cluster AND g.namespace = n.namespace AND g.job = n.job
+                             AND g.node = n.node AND g.gpus >= n.gpus_capacity - n.gpus_allocatable
+                             AND g.first_at <= coalesce(n.recovered_at, 'infinity'::TIMESTAMPTZ)))
+),
 node_f AS (
-    -- A node that stopped serving the job's pods (intermediate.int_node_loss). Ends when the job runs again with
+    -- A node that stopped serving the job's pods (node_loss). Ends when the job runs again with
     -- every member after the loss (back on the node, or elsewhere), or when every lost node is back and the job runs.
     SELECT n.cluster, n.namespace, n.job, 'node_failure' AS root_cause, 'critical' AS severity,
            min(n.lost_at) AS started_at,
@@ -84,7 +100,7 @@ node_f AS (
                ELSE format('Kueue evicted the Workload at {} ({}: {})', strftime(min(n.lost_at), '%Y-%m-%dT%H:%M:%SZ'),
                            arg_min(n.reason, n.lost_at), arg_min(n.message, n.lost_at))
            END AS summary
-    FROM intermediate.int_node_loss n JOIN j USING (cluster, namespace, job)
+    FROM node_loss n JOIN j USING (cluster, namespace, job)
     GROUP BY n.cluster, n.namespace, n.job
 ),
 dips AS (

@@ -69,7 +69,7 @@ def test_jobs_are_submitted_as_the_kind_with_its_links(how: str) -> None:
 def test_ray_worker_node_lost_is_node_failure_end_to_end(tmp_path: Path) -> None:
     from gangscope.app.evaluate import run_scenario
 
-    results, phantoms = run_scenario("node_failure@ray", 1, 16, tmp_path)
+    results, phantoms, _ = run_scenario("node_failure@ray", 1, 16, tmp_path)
     assert phantoms == []  # no job under another kind, no RayCluster child invented
     assert results and [(job, t, p) for job, t, p, _ in results if p != t] == []
     assert "node_failure" in {t for _, t, _, _ in results}

@@ -94,7 +94,7 @@ def test_every_variant_names_a_scenario() -> None:
 def test_healthy_variants_stay_healthy(tmp_path: Path, name: str) -> None:
     from gangscope.app.evaluate import run_scenario
 
-    results, phantoms = run_scenario(name, 1, 16, tmp_path)
+    results, phantoms, _ = run_scenario(name, 1, 16, tmp_path)
     assert phantoms == []
     assert results and [(job, p) for job, t, p, _ in results if p != t] == []
     assert {t for _, t, _, _ in results} == {"healthy"}

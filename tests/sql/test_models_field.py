@@ -458,6 +458,71 @@ def _xid_crash(s: Story) -> None:
     s.emit(33, p)
 
 
+def _sick_node(name: str, at: float, code: int) -> dict:
+    """``name`` as NVSentinel and the device plugin leave it after XID ``code`` at ``at``: 7 of 8 GPUs allocatable,
+    the SysLogsXIDError condition, cordoned (node_gpu-unhealthy-nvsentinel.yaml)."""
+    sick = ref("node_gpu-unhealthy-nvsentinel.yaml", "Node")
+    n = node(name, "rack-5")
+    n["metadata"]["labels"].update(sick["metadata"]["labels"])
+    n["spec"] = {"unschedulable": True, "taints": [dict(t, timeAdded=iso(at + 0.05)) if "timeAdded" in t else t
+                                                   for t in sick["spec"]["taints"]]}
+    n["status"]["allocatable"]["nvidia.com/gpu"] = sick["status"]["allocatable"]["nvidia.com/gpu"]
+    n["status"]["conditions"] = [dict(c, lastTransitionTime=iso(at), lastHeartbeatTime=iso(at),
+                                      message=c["message"].replace("79", str(code)))
+                                 if "lastTransitionTime" in c else c for c in sick["status"]["conditions"]]
+    return n
+
+
+def _xid_gpu(s: Story, node_name: str, pod_name: str, gpu: int, code: int, at: float) -> None:
+    _gpus(s, node_name, pod_name, lambda t, g: 1980.0, step=1.0,
+          extra_at=lambda t, g: ff.dcgm(s, t, node_name, g, "DCGM_FI_DEV_XID_ERRORS",
+                                        float(code) if g == gpu and t >= at else 0.0, pod_name,
+                                        {"err_code": str(code) if g == gpu and t >= at else "0"}))
+
+
+def _xid_unhealthy(s: Story) -> None:
+    """XID 63 on GPU 6 of f39 at 40; the device plugin marks it unhealthy (allocatable 7 of 8) and NVSentinel
+    cordons the node at 40.05; the job keeps running there. One GPU, one incident: gpu_fault."""
+    s.add(0, node("f39", "rack-5"))
+    p = running_pod(s, "xid-sick", 0, "f39", 2)["metadata"]["name"]
+    _xid_gpu(s, "f39", p, 6, 63, 40)
+    s.emit(40.05, _sick_node("f39", 40, 63))
+
+
+def _xid_and_more_unhealthy(s: Story) -> None:
+    """Control: XID 63 on GPU 1 of f42 at 40, but 2 of its 8 GPUs marked unhealthy (allocatable 6): more than the
+    fault names, so the node's loss is not only that GPU."""
+    s.add(0, node("f42", "rack-5"))
+    p = running_pod(s, "xid-two", 0, "f42", 2)["metadata"]["name"]
+    _xid_gpu(s, "f42", p, 1, 63, 40)
+    n = _sick_node("f42", 40, 63)
+    n["status"]["allocatable"]["nvidia.com/gpu"] = "6"
+    s.emit(40.05, n)
+
+
+def _xid_and_node_lost(s: Story) -> None:
+    """Control: XID 79 on GPU 2 of f40 at 44 with its allocatable drop, while f41, the job's other node, stops
+    posting status at 48 and the taint manager deletes the pod there at 53: two incidents."""
+    for n in ("f40", "f41"):
+        s.add(0, node(n, "rack-5"))
+    p0 = running_pod(s, "xid-lost", 0, "f40", 2)["metadata"]["name"]
+    p = running_pod(s, "xid-lost", 1, "f41", 2)
+    _xid_gpu(s, "f40", p0, 2, 79, 44)
+    s.emit(44.05, _sick_node("f40", 44, 79))
+    lost = ref("node_notready-taint-eviction.yaml", "Node")
+    n = node("f41", "rack-5")
+    n["spec"]["taints"] = [dict(t, timeAdded=iso(48 + k / 60)) for k, t in enumerate(lost["spec"]["taints"])]
+    n["status"]["conditions"] = [dict(c, lastTransitionTime=iso(48), lastHeartbeatTime=iso(47.3))
+                                 for c in lost["status"]["conditions"]]
+    s.emit(48, n)
+    disruption = next(c for c in ref("node_notready-taint-eviction.yaml", "Pod")["status"]["conditions"]
+                      if c["type"] == "DisruptionTarget")
+    p["status"]["conditions"].append(dict(disruption, lastTransitionTime=iso(53)))
+    p["metadata"]["deletionTimestamp"] = iso(53.5)
+    s.emit(53, p)
+    s.emit(54, p, "DELETED")
+
+
 def _throttle_and_links(s: Story) -> None:
     """A throttled GPU and an NVLink fault at once (f32): interconnect degradation comes first."""
     p = running_pod(s, "throttle-ic", 0, "f32", 2)["metadata"]["name"]
@@ -554,7 +619,8 @@ def _story() -> Story:
     for fn in (_image_pull, _config_error, _mount, _slow_pull, _ready_timeout, _oom_loop, _backoff_limit,
                _jobset_restarts, _finisher, _node_lost, _kueue_node_lost, _drained, _gpu_sick, _node_decoys, _throttled,
                _throttled_bits, _hot_gpu, _clock_blip, _hung, _vanished, _checkpointer, _xid_crash,
-               _throttle_and_links, _oom_failed, _drained_early, _oom_once, _not_jobs):
+               _throttle_and_links, _oom_failed, _drained_early, _oom_once, _xid_unhealthy, _xid_and_node_lost,
+               _xid_and_more_unhealthy, _not_jobs):
         fn(s)
     s.add(END, node("f32", "rack-3"))  # the data's "now"
     return s
@@ -589,8 +655,11 @@ EXPECTED = {
     "clock-blip": "unexplained_slowdown", "hung": "training_stalled", "vanished": "training_stalled",
     "checkpointer": "healthy", "xid-crash": "gpu_fault", "throttle-ic": "interconnect_degradation",
     "oom-failed": "workload_crash", "drained-early": "node_failure", "oom-once": "workload_crash",
-    "tas-lost": "node_failure",
+    "tas-lost": "node_failure", "xid-sick": "gpu_fault", "xid-lost": "gpu_fault",
+    "xid-two": "gpu_fault",
 }
+# second findings that are a separate incident of the same job
+SECOND = {("xid-lost", "node_failure"), ("xid-two", "node_failure")}
 
 
 def test_every_job_gets_its_class_and_no_job_is_invented(built) -> None:
@@ -611,9 +680,25 @@ def test_one_incident_one_finding(built) -> None:
     assert con.execute("SELECT count(*) FROM marts.findings WHERE list_contains(nodes, 'f20')").fetchone()[0] == 0
     # a member replaced after its node was lost: the node's incident, not a gang that fails to assemble
     assert ("node-lost", "gang_assembly") not in rows and ("drained", "gang_assembly") not in rows
-    # every finding but the primary is a separate incident: none of these jobs has a second one
-    extra = [k for k in rows if k[1] not in (EXPECTED[k[0]], "healthy")]
+    # every finding but the primary is a separate incident: only xid-lost has a second one (its other node lost)
+    extra = [k for k in rows if k[1] not in (EXPECTED[k[0]], "healthy") and k not in SECOND]
     assert extra == [], extra
+
+
+def test_gpu_marked_unhealthy_after_its_xid_is_one_incident(built) -> None:
+    """The allocatable drop that follows a GPU's XID on the same node is the GPU fault's, not a lost node; a node
+    really lost beside it (NotReady, its pod deleted) is still its own incident (watched and first seen at 50)."""
+    _, con = built
+    rows = _rows(con)
+    assert sorted(c for j, c in rows if j == "xid-sick") == ["gpu_fault"]
+    assert rows[("xid-sick", "gpu_fault")]["evidence"]["faults"][0]["xid"] == 63
+    assert sorted(c for j, c in rows if j == "xid-lost") == ["gpu_fault", "node_failure"]
+    f = rows[("xid-lost", "node_failure")]
+    assert f["nodes"] == ["f41"] and [loss["how"] for loss in f["evidence"]["losses"]] == ["not_ready"]
+    assert rows[("xid-lost", "gpu_fault")]["nodes"] == ["f40"]
+    # two GPUs marked unhealthy where the fault names one: the node is not only that GPU's trouble
+    assert sorted(c for j, c in rows if j == "xid-two") == ["gpu_fault", "node_failure"]
+    assert rows[("xid-two", "node_failure")]["evidence"]["losses"][0]["gpus_allocatable"] == 6
 
 
 def test_image_that_never_pulls(built) -> None:
