@@ -294,6 +294,12 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _security_key(key: str) -> bool:
+    """kafka-python's security settings: what ``kafka.security`` passes through. Any other name (a typo, a test
+    harness's own GANGSCOPE_KAFKA_LIBS) is an unknown setting here, not an error from the Kafka client later."""
+    return key == "security_protocol" or key.startswith(("sasl_", "ssl_"))
+
+
 def _env_layer(environ: typing.Mapping[str, str]) -> dict[str, Any]:
     layer: dict[str, Any] = {}
     sections = {f.name: f for f in dataclasses.fields(Settings)}
@@ -311,7 +317,7 @@ def _env_layer(environ: typing.Mapping[str, str]) -> dict[str, Any]:
                 keys = {g.name for g in dataclasses.fields(tp)}
                 if key in keys:
                     layer.setdefault(sec, {})[key] = value
-                elif sec == "kafka":
+                elif sec == "kafka" and _security_key(key):
                     # Security passthrough, e.g. GANGSCOPE_KAFKA_SASL_PLAIN_PASSWORD.
                     layer.setdefault(sec, {}).setdefault("security", {})[key] = value
                 else:
@@ -389,6 +395,10 @@ def _validate(s: Settings) -> None:
     report_zone(s.report.timezone)
     if not s.cluster:
         raise ConfigError("cluster: must not be empty")
+    unknown = [k for k in s.kafka.security if not _security_key(str(k))]
+    if unknown:
+        raise ConfigError(f"kafka.security: unknown setting {unknown[0]!r} (security_protocol, sasl_* and ssl_* pass "
+                          "through to kafka-python)")
     if s.kafka.partitions < 1:
         raise ConfigError("kafka.partitions: must be at least 1")
     if s.kafka.compression not in ("gzip", "none", "lz4", "zstd", "snappy"):

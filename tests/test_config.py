@@ -23,6 +23,9 @@ def test_kafka_security_passthrough_from_env() -> None:
     s = load(environ={"GANGSCOPE_KAFKA_SASL_PLAIN_PASSWORD": "pw", "GANGSCOPE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"})
     assert s.kafka.security == {"sasl_plain_password": "pw"}
     assert s.kafka.bootstrap_servers == "k:9092"
+    # Only kafka-python's security settings pass through: another name was handed to the client as a security setting.
+    with pytest.raises(ConfigError, match="environment GANGSCOPE_KAFKA_LIBS: unknown setting kafka.libs"):
+        load(environ={"GANGSCOPE_KAFKA_LIBS": "/opt/kafka/libs"})
 
 
 @pytest.mark.parametrize(
@@ -31,6 +34,7 @@ def test_kafka_security_passthrough_from_env() -> None:
         ("kafka:\n  partitions: many\n", "kafka.partitions: expected an integer"),
         ("nonsense: 1\n", "unknown setting 'nonsense'"),
         ("pipeline:\n  flushseconds: 1\n", "pipeline: unknown setting 'flushseconds'"),
+        ("kafka:\n  security:\n    sasl_mechanism: PLAIN\n    acks: 0\n", "kafka.security: unknown setting 'acks'"),
         ("log:\n  format: xml\n", "log.format"),
         ("- a\n", "expected a mapping"),
     ],
