@@ -17,7 +17,8 @@
 -- column: admitted_at: timeline (first QuotaReserved=True / Admitted=True)
 -- column: requeued: waiting now after losing quota it had (evicted or preempted, and requeued): not admitted now
 -- column: queued_at: start of the wait judged: creation, or when a workload that had quota (seen reserved, or
---   carrying Evicted=True) lost it: its QuotaReserved=False lastTransitionTime
+--   carrying Evicted=True) lost it: its QuotaReserved=False lastTransitionTime, or, if later, when it came back to
+--   the queue (Requeued=True lastTransitionTime: the end of a waitForPodsReady backoff, a reactivation)
 -- column: wait_s: seconds from creation to the first admission (to the data's as_of while still waiting); for a
 --   requeued workload waiting now, from queued_at to as_of
 -- column: blocked_by: quota, topology or configuration (cause_kind of a blocking cause), else NULL
@@ -49,6 +50,7 @@ times AS (
            count(*) FILTER (WHERE type IN ('QuotaReserved', 'Admitted')) AS admission_conditions,
            max(transition_at) FILTER (WHERE type = 'QuotaReserved' AND status = 'True') AS last_reserved_at,
            max(transition_at) FILTER (WHERE type = 'QuotaReserved' AND status = 'False') AS last_unreserved_at,
+           max(transition_at) FILTER (WHERE type = 'Requeued' AND status = 'True') AS last_requeued_at,
            bool_or(type IN ('QuotaReserved', 'Evicted') AND status = 'True') AS had_quota
     FROM cond GROUP BY ALL
 ),
@@ -188,11 +190,15 @@ base AS (
         j.cluster, j.namespace, j.job, j.workload, j.cluster_queue, j.local_queue,
         j.created_at, t.quota_reserved_at, t.admitted_at,
         -- Waiting now (quota released after it was reserved, e.g. evicted and requeued): since it lost its quota,
-        -- from its own QuotaReserved=False lastTransitionTime, however long before the capture that was.
+        -- from its own QuotaReserved=False lastTransitionTime, however long before the capture that was; or, when
+        -- Kueue held it out of the queue after that (Requeued False: the waitForPodsReady backoff after a
+        -- PodsReadyTimeout eviction, a deactivation, a stopped queue), since it came back (Requeued True:
+        -- BackoffFinished, Reactivated, ...Restarted): that time is the eviction's, not a wait in the queue.
         coalesce(t.had_quota AND t.last_unreserved_at > coalesce(t.last_reserved_at, '-infinity'::TIMESTAMPTZ), false)
             AS requeued,
-        CASE WHEN requeued THEN t.last_unreserved_at ELSE j.created_at END AS queued_at,
-        epoch(CASE WHEN requeued THEN j.as_of - t.last_unreserved_at
+        CASE WHEN requeued THEN greatest(t.last_unreserved_at, coalesce(t.last_requeued_at, t.last_unreserved_at))
+             ELSE j.created_at END AS queued_at,
+        epoch(CASE WHEN requeued THEN j.as_of - queued_at
                    ELSE coalesce(t.admitted_at, j.as_of) - j.created_at END) AS wait_s,
         CASE WHEN ml.level IS NULL AND j.cluster IN (SELECT cluster FROM levels)
              THEN coalesce(j.required_topology, j.preferred_topology) END AS missing_level,

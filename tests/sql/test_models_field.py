@@ -904,3 +904,215 @@ def test_next_steps_name_the_objects(built, job: str, cause: str, names: list[st
     text = " ".join(out.sentences) + " " + " ".join(f"{s.action} {s.check} {s.act}" for s in out.steps)
     for name in names:
         assert name in text, (name, text)
+
+
+# --- waitForPodsReady backoff ---------------------------------------------------------------------------------------
+# A second cluster, configured as many are: waitForPodsReady.timeout 5m and requeuingStrategy backoffBaseSeconds 240
+# (backoffMaxSeconds 3600), so Kueue's backoffs grow 4, 8, 16, 32 min (base * 2^(count-1)). Shapes:
+# kueue_podsready-timeout-eviction.yaml and Kueue v0.19 workload_controller.go / pkg/workload SetQuotaReservation:
+# evicted, the Workload gets Requeued False (the eviction's reason and message) until requeueAt, then Requeued True
+# BackoffFinished; a new reservation turns Evicted False reason QuotaReserved, message "Previously: <message>".
+B_CAPTURE = 24.5
+B_END = 48.0
+BASE_MIN = 4.0
+ASSIGN = "couldn't assign flavors to pod set main: "
+B_QUOTA = ASSIGN + "insufficient unused quota for nvidia.com/gpu in flavor gpu, 8 more needed"
+
+
+def _b_workload(job: str, created: float, cq: str) -> dict:
+    wl = ff.kueue_workload(job, created, created, 1)
+    wl["status"] = {"conditions": []}
+    wl["metadata"]["name"] = f"job-{job}-5a2b3"
+    wl["spec"]["queueName"] = cq.replace("-cq", "-lq")
+    return wl
+
+
+def _set(wl: dict, *conds: dict) -> None:
+    """Kueue's SetStatusCondition: one condition per type, the newest wins."""
+    new = {c["type"] for c in conds}
+    wl["status"]["conditions"] = [c for c in wl["status"]["conditions"] if c["type"] not in new] + list(conds)
+
+
+def _admit(s: Story, wl: dict, cq: str, at: float) -> None:
+    _set(wl, cond("QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cq}", at),
+         cond("Admitted", "True", "Admitted", "The workload is admitted", at))
+    ev = next((c for c in wl["status"]["conditions"] if c["type"] == "Evicted"), None)
+    if ev is not None:
+        _set(wl, cond("Evicted", "False", "QuotaReserved", "Previously: " + ev["message"], at))
+    if not any(c["type"] == "PodsReady" for c in wl["status"]["conditions"]):
+        _set(wl, cond("PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded", at))
+    wl["status"]["admission"] = {"clusterQueue": cq, "podSetAssignments": [
+        {"name": "main", "count": 1, "flavors": {"nvidia.com/gpu": "gpu"}}]}
+    s.emit(at, wl)
+
+
+def _pending(s: Story, wl: dict, at: float, until: float, first: bool = True) -> None:
+    """The scheduler finds no quota (v0.19, gate off: Pending); a condition staying False keeps its transition time."""
+    old = next((c for c in wl["status"]["conditions"] if c["type"] == "QuotaReserved"), None)
+    q = cond("QuotaReserved", "False", "Pending", B_QUOTA, at)
+    if old is not None and old["status"] == "False":
+        q["lastTransitionTime"] = old["lastTransitionTime"]
+    _set(wl, q)
+    s.emit(at, wl)
+    name = wl["metadata"]["name"]
+    warn = {"apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "Pending", "message": B_QUOTA,
+            "metadata": {"name": f"{name}.pending{int(at * 100)}", "namespace": NS},
+            "involvedObject": {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "name": name,
+                               "namespace": NS},
+            "source": {"component": "kueue-admission"}, "count": 1,
+            "firstTimestamp": iso(at), "lastTimestamp": iso(at)}
+    s.add(at, warn)
+    if until > at + 0.5:
+        s.emit(until, dict(warn, count=int(until - at) + 1, lastTimestamp=iso(until)))
+
+
+def _never_ready(s: Story, wl: dict, job: str, k: int, node_name: str, admitted: float) -> dict:
+    """The k-th admission's pod: bound, then ErrImagePull / ImagePullBackOff until Kueue evicts."""
+    back = ref(PULL, "Pod", 0)["status"]["containerStatuses"][0]["state"]["waiting"]
+    p = job_pod(job, 0, admitted + 0.05)
+    p["metadata"]["name"] = f"{job}-0-a{k}x2p"
+    p["metadata"]["annotations"] = {"kueue.x-k8s.io/workload": wl["metadata"]["name"]}
+    s.add(admitted + 0.05, p)
+    s.emit(admitted + 0.1, bind(p, node_name, admitted + 0.1))
+    err = ref(PULL, "Pod", 1)["status"]["containerStatuses"][0]["state"]["waiting"]
+    s.emit(admitted + 0.2, waiting(p, err["reason"], err["message"]))
+    s.emit(admitted + 0.5, waiting(p, back["reason"], back["message"]))
+    return p
+
+
+def _evict(s: Story, wl: dict, pod_: dict, at: float) -> float:
+    """waitForPodsReady times out: Evicted PodsReadyTimeout, requeueState bumped, the Job stopped, its pod deleted,
+    Requeued False until requeueAt. Returns requeueAt."""
+    name = wl["metadata"]["name"]
+    msg = f"Exceeded the PodsReady timeout {NS}/{name}"
+    count = wl["status"].get("requeueState", {}).get("count", 0) + 1
+    requeue_at = at + BASE_MIN * 2 ** (count - 1)
+    wl["status"]["requeueState"] = {"count": count, "requeueAt": iso(requeue_at)}
+    _set(wl, cond("Evicted", "True", "PodsReadyTimeout", msg, at))
+    s.emit(at, wl)
+    tpl = ref("kueue_podsready-timeout-eviction.yaml", "Event", 0)
+    s.add(at, {"apiVersion": "events.k8s.io/v1", "kind": "Event", "type": "Normal",
+               "reason": tpl["reason"], "action": tpl["action"], "note": msg,
+               "metadata": {"name": f"{name}.ev{int(at * 100)}", "namespace": NS},
+               "regarding": {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "name": name,
+                             "namespace": NS},
+               "reportingController": "kueue-admission", "eventTime": iso(at)})
+    wl["status"].pop("admission", None)
+    _set(wl, cond("QuotaReserved", "False", "Pending", msg, at + 0.05),
+         cond("Admitted", "False", "NoReservation", "The workload has no reservation", at + 0.05),
+         cond("Requeued", "False", "PodsReadyTimeout", msg, at + 0.05))
+    s.emit(at + 0.05, wl)
+    pod_["metadata"]["deletionTimestamp"] = iso(at + 0.1)
+    pod_["metadata"]["deletionGracePeriodSeconds"] = 30
+    s.emit(at + 0.05, pod_)
+    s.emit(at + 0.1, pod_, "DELETED")
+    return requeue_at
+
+
+def _backoff_ends(s: Story, wl: dict, at: float) -> None:
+    wl["status"]["requeueState"].pop("requeueAt", None)
+    _set(wl, cond("Requeued", "True", "BackoffFinished", "The workload backoff was finished", at))
+    s.emit(at, wl)
+
+
+def _img_backoff(s: Story) -> None:
+    """The image never pulls: admitted at 2, evicted PodsReadyTimeout at 7, 16.05 and 29.1 with backoffs of 4, 8 and
+    16 min; back in the queue at 45.1 its quota was taken meanwhile (holder-a): it waits for quota, 2.9 min by the
+    data's now."""
+    wl = _b_workload("img-backoff", 1.5, "team-a-cq")
+    s.add(1.5, wl)
+    admitted = 2.0
+    for k in (1, 2, 3):
+        _admit(s, wl, "team-a-cq", admitted)
+        p = _never_ready(s, wl, "img-backoff", k, "f43", admitted)
+        requeue_at = _evict(s, wl, p, admitted + 5)
+        _backoff_ends(s, wl, requeue_at)
+        admitted = requeue_at + 0.05
+    _pending(s, wl, 45.15, B_END - 0.5)
+
+
+def _holder(s: Story, job: str, cq: str, created: float, admitted: float, node_name: str) -> None:
+    """A job of the same queue that waits under 10 min for the quota an eviction released, then runs."""
+    wl = _b_workload(job, created, cq)
+    s.add(created, wl)
+    _pending(s, wl, created + 0.05, admitted - 0.1)
+    _admit(s, wl, cq, admitted)
+    p = job_pod(job, 0, admitted + 0.05)
+    p["metadata"]["annotations"] = {"kueue.x-k8s.io/workload": wl["metadata"]["name"]}
+    s.add(admitted + 0.05, p)
+    s.emit(admitted + 0.1, bind(p, node_name, admitted + 0.1))
+    s.emit(admitted + 0.6, run(p, admitted + 0.6))
+
+
+def _backoff_quota(s: Story) -> None:
+    """Control: admitted at 20, the image never pulls, evicted PodsReadyTimeout at 25 (backoff 4 min); holder-b takes
+    the quota at 25.15; back in the queue at 29 the Workload waits on that quota for the rest of the capture (19 min
+    since its backoff ended, 23 since its pod was gone)."""
+    wl = _b_workload("backoff-quota", 19.5, "team-b-cq")
+    s.add(19.5, wl)
+    _admit(s, wl, "team-b-cq", 20)
+    p = _never_ready(s, wl, "backoff-quota", 1, "f44", 20)
+    requeue_at = _evict(s, wl, p, 25)
+    _backoff_ends(s, wl, requeue_at)
+    _pending(s, wl, requeue_at + 0.05, B_END - 0.5)
+
+
+def _b_story() -> Story:
+    s = Story()
+    for n in ("f43", "f44", "f45", "f46"):
+        s.add(0, node(n, "rack-5"))
+    _img_backoff(s)
+    _backoff_quota(s)
+    _holder(s, "holder-a", "team-a-cq", 27, 29.2, "f45")  # img-backoff's quota, released at 29.1
+    _holder(s, "holder-b", "team-b-cq", 22, 25.15, "f46")  # backoff-quota's, released at 25
+    s.add(B_END, node("f47", "rack-5"))  # the data's "now"
+    return s
+
+
+B_STORY = _b_story()
+
+
+@pytest.fixture(scope="module", params=["watched", "listed"])
+def backoff(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
+    capture = None if request.param == "watched" else B_CAPTURE
+    _, con, _ = build_lake(tmp_path_factory.mktemp(f"backoff-{request.param}") / "data",
+                           lambda raw: B_STORY.write(raw, capture))
+    yield request.param, con
+    con.close()
+
+
+def test_pods_ready_backoff_is_the_startup_failure(backoff) -> None:
+    """Evicted PodsReadyTimeout three times with growing backoff (the last 16 min), then back in the queue and
+    waiting for quota for 2.9 min: one finding, startup_failure with Kueue's eviction, open while the job keeps
+    failing; the backoff is no admission wait, nothing is a preemption (watched, and first seen at 24.5 with its
+    third pod waiting)."""
+    mode, con = backoff
+    rows = _rows(con)
+    assert sorted(c for j, c in rows if j == "img-backoff") == ["startup_failure"]
+    f = rows[("img-backoff", "startup_failure")]
+    ev = f["evidence"]["kueue_eviction"]
+    assert ev["reason"] == "PodsReadyTimeout" and ev["requeue_count"] == 3
+    assert ev["message"] == f"Exceeded the PodsReady timeout {NS}/job-img-backoff-5a2b3"
+    # each pod waited 5 min (under the 10 min start-up threshold): Kueue's eviction says it, the first one seen
+    assert f["started_at"] == (iso(7) if mode == "watched" else iso(29.1))
+    assert f["ended_at"] is None
+    assert _primary(con)["img-backoff"] == "startup_failure"
+
+
+def test_quota_wait_after_the_backoff_is_its_own(backoff) -> None:
+    """Control: evicted PodsReadyTimeout once; its backoff over, the Workload waits 19 min on quota another job took:
+    admission_quota, counted from the end of the backoff (the backoff is Kueue holding it out, not the queue),
+    beside the startup_failure of the pods that never became ready (watched; first seen at 24.5 with its pod
+    bound and waiting). The jobs that took the released quota waited under the threshold: healthy."""
+    mode, con = backoff
+    rows = _rows(con)
+    a = rows[("backoff-quota", "admission_quota")]
+    assert a["evidence"]["queued_at"] == iso(29) and a["started_at"] == iso(39) and a["ended_at"] is None
+    assert a["evidence"]["cause"] == "quota" and "8 more needed" in a["summary"]
+    s = rows[("backoff-quota", "startup_failure")]
+    assert s["evidence"]["kueue_eviction"]["reason"] == "PodsReadyTimeout" and s["started_at"] == iso(25)
+    assert sorted(c for j, c in rows if j == "backoff-quota") == ["admission_quota", "startup_failure"]
+    assert not [k for k in rows if k[0] == "backoff-quota" and k[1] == "preemption"]
+    assert _primary(con)["backoff-quota"] == "admission_quota"
+    assert {j: c for j, c in _primary(con).items() if j.startswith("holder")} == {"holder-a": "healthy",
+                                                                                   "holder-b": "healthy"}
