@@ -140,7 +140,11 @@ FROM intermediate.int_jobs j
 LEFT JOIN per_job pj USING (cluster, namespace, job)
 LEFT JOIN ev_job e USING (cluster, namespace, job)
 LEFT JOIN kueue k USING (cluster, namespace, job)
--- Kueue's eviction alone counts once a member was bound: pods never bound are gang_assembly's.
+-- Kueue's eviction alone counts once a member was bound: pods never bound are gang_assembly's. A job none of whose
+-- pods gangscope ever saw (first seen in an initial list during the backoff that follows the eviction: Kueue deleted
+-- them) has only Kueue's word, which is no healthy wait.
 WHERE pj.started_at IS NOT NULL
-   OR (k.at IS NOT NULL AND EXISTS (SELECT 1 FROM intermediate.int_pod_jobs p WHERE p.cluster = j.cluster
-                                    AND p.namespace = j.namespace AND p.job = j.job AND p.bound_at IS NOT NULL))
+   OR (k.at IS NOT NULL AND (EXISTS (SELECT 1 FROM intermediate.int_pod_jobs p WHERE p.cluster = j.cluster
+                                     AND p.namespace = j.namespace AND p.job = j.job AND p.bound_at IS NOT NULL)
+                             OR NOT EXISTS (SELECT 1 FROM intermediate.int_pod_jobs p WHERE p.cluster = j.cluster
+                                            AND p.namespace = j.namespace AND p.job = j.job)))

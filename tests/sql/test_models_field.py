@@ -912,7 +912,7 @@ def test_next_steps_name_the_objects(built, job: str, cause: str, names: list[st
 # kueue_podsready-timeout-eviction.yaml and Kueue v0.19 workload_controller.go / pkg/workload SetQuotaReservation:
 # evicted, the Workload gets Requeued False (the eviction's reason and message) until requeueAt, then Requeued True
 # BackoffFinished; a new reservation turns Evicted False reason QuotaReserved, message "Previously: <message>".
-B_CAPTURE = 24.5
+B_CAPTURE = {"listed": 24.5, "listed_in_backoff": 40.0}
 B_END = 48.0
 BASE_MIN = 4.0
 ASSIGN = "couldn't assign flavors to pod set main: "
@@ -1072,9 +1072,11 @@ def _b_story() -> Story:
 B_STORY = _b_story()
 
 
-@pytest.fixture(scope="module", params=["watched", "listed"])
+@pytest.fixture(scope="module", params=["watched", "listed", "listed_in_backoff"])
 def backoff(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
-    capture = None if request.param == "watched" else B_CAPTURE
+    """Watched; first seen at 24.5 (both jobs' pods bound and waiting); first seen at 40, inside img-backoff's 16 min
+    backoff and backoff-quota's quota wait, when Kueue has deleted every pod either job had."""
+    capture = B_CAPTURE.get(request.param)
     _, con, _ = build_lake(tmp_path_factory.mktemp(f"backoff-{request.param}") / "data",
                            lambda raw: B_STORY.write(raw, capture))
     yield request.param, con
@@ -1084,14 +1086,16 @@ def backoff(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 def test_pods_ready_backoff_is_the_startup_failure(backoff) -> None:
     """Evicted PodsReadyTimeout three times with growing backoff (the last 16 min), then back in the queue and
     waiting for quota for 2.9 min: one finding, startup_failure with Kueue's eviction, open while the job keeps
-    failing; the backoff is no admission wait, nothing is a preemption (watched, and first seen at 24.5 with its
-    third pod waiting)."""
+    failing; the backoff is no admission wait, nothing is a preemption (watched, first seen at 24.5 with its third
+    pod waiting, and first seen at 40 with no pod left: Kueue's word alone is no healthy job)."""
     mode, con = backoff
     rows = _rows(con)
     assert sorted(c for j, c in rows if j == "img-backoff") == ["startup_failure"]
     f = rows[("img-backoff", "startup_failure")]
     ev = f["evidence"]["kueue_eviction"]
     assert ev["reason"] == "PodsReadyTimeout" and ev["requeue_count"] == 3
+    if mode == "listed_in_backoff":
+        assert f["evidence"]["first_pod"]["pod"] is None and "never became ready" in f["summary"]
     assert ev["message"] == f"Exceeded the PodsReady timeout {NS}/job-img-backoff-5a2b3"
     # each pod waited 5 min (under the 10 min start-up threshold): Kueue's eviction says it, the first one seen
     assert f["started_at"] == (iso(7) if mode == "watched" else iso(29.1))
@@ -1103,7 +1107,8 @@ def test_quota_wait_after_the_backoff_is_its_own(backoff) -> None:
     """Control: evicted PodsReadyTimeout once; its backoff over, the Workload waits 19 min on quota another job took:
     admission_quota, counted from the end of the backoff (the backoff is Kueue holding it out, not the queue),
     beside the startup_failure of the pods that never became ready (watched; first seen at 24.5 with its pod
-    bound and waiting). The jobs that took the released quota waited under the threshold: healthy."""
+    bound and waiting, and at 40 with its pod gone). The jobs that took the released quota waited under the
+    threshold: healthy."""
     mode, con = backoff
     rows = _rows(con)
     a = rows[("backoff-quota", "admission_quota")]
