@@ -56,11 +56,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _secret(home: Path, server: S3Server, creds: Credentials) -> None:
-    """A DuckDB persistent secret for the bucket in ``home``'s secret directory (what an operator makes once)."""
+    """A DuckDB persistent secret for the bucket in ``home``'s secret directory (what an operator makes once); one
+    made for an earlier server there (the same test on the other broker) is replaced."""
     con = duckdb.connect(config={"secret_directory": str(home / ".duckdb" / "stored_secrets")})
     try:
         lake.load_extensions(con, ("httpfs",))
-        con.execute(server.duckdb_secret(creds=creds, persistent=True))
+        con.execute(server.duckdb_secret(creds=creds, persistent=True).replace("CREATE ", "CREATE OR REPLACE ", 1))
     finally:
         con.close()
 
