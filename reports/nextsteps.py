@@ -192,7 +192,6 @@ KIND_POD_LABEL = {
     "PyTorchJob": "training.kubeflow.org/job-name",
     "MPIJob": "training.kubeflow.org/job-name",
     "LeaderWorkerSet": "leaderworkerset.sigs.k8s.io/name",
-    "PodGroup": "kueue.x-k8s.io/pod-group-name",
 }
 
 
@@ -205,8 +204,10 @@ def _pods_of(finding: dict[str, Any]) -> str:
         return f"-l jobset.sigs.k8s.io/jobset-name={q(job)}"
     if kind == "Job":
         return f"-l batch.kubernetes.io/job-name={q(job)}"
-    if finding.get("pod_group"):
+    if finding.get("pod_group"):  # a scheduler-plugins PodGroup (kind PodGroup too when nothing else owns it)
         return f"-l scheduling.x-k8s.io/pod-group={q(finding['pod_group'])}"
+    if kind == "PodGroup":  # plain pods grouped by Kueue's label, no gang object
+        return f"-l kueue.x-k8s.io/pod-group-name={q(job)}"
     return f"-l job-name={q(job)}"
 
 

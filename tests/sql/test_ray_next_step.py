@@ -145,6 +145,15 @@ def test_report_commands_select_each_kinds_pods_by_its_controllers_label(kind: s
     assert f"-l {label}=j1 " in step.check
 
 
+def test_a_coscheduling_pod_group_keeps_its_own_label() -> None:
+    """Kind PodGroup is also a scheduler-plugins PodGroup that nothing else owns: its pods carry the coscheduling
+    label, not Kueue's pod-group label."""
+    f = {"namespace": "team", "job": "pg-job", "job_kind": "PodGroup", "pod_group": "pg-job",
+         "root_cause": "training_stalled", "evidence": {}}
+    (step,) = nextsteps.explain(f).steps
+    assert "-l scheduling.x-k8s.io/pod-group=pg-job " in step.check
+
+
 @pytest.mark.parametrize("ns", [NS, "mol"])
 def test_healthy_ray_cluster_beside_them_is_not_flagged(con, ns: str) -> None:
     """Same group names, gpu-group at its maxReplicas like rj-pg-maxed, no placement group pending: healthy, no
