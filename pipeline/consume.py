@@ -89,7 +89,8 @@ def _beat() -> None:
 
 def _stored(loop: _Loop) -> dict[tuple[str, int], int]:
     """The lake's stored offsets, read on the consuming thread's connection; waits out a lake outage."""
-    return lake.outlast(lambda: stored_offsets(loop.reader, loop.ids), "reading the stored offsets", beat=_beat)
+    return lake.outlast(lambda: stored_offsets(loop.reader, loop.ids), "reading the stored offsets", beat=_beat,
+                        reopen=loop.reopen)
 
 
 class _Lander:
@@ -105,8 +106,10 @@ class _Lander:
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, ids: dict[str, str], decoders: int = DECODERS,
-                 claims: dict[tuple[str, int], str] | None = None) -> None:
-        self.con, self.ids = con, ids
+                 claims: dict[tuple[str, int], str] | None = None,
+                 reopen: Callable[[], None] | None = None) -> None:
+        self.con, self.ids = con, ids  # ``reopen`` replaces ``con`` (lake.outlast)
+        self.reopen = reopen
         self.claims = claims  # the loop's claim per owned partition (it updates it), None: no claims
         self.jobs: queue.Queue[tuple[int, list[Record]] | None] = queue.Queue(maxsize=1)
         self.cond = threading.Condition()
@@ -171,7 +174,7 @@ class _Lander:
                     # An object store or catalog away: the batch waits (the decoders and then the consuming thread
                     # with it, Kafka keeping the records) and lands once the lake is back; /healthz says degraded.
                     stats = lake.outlast(lambda m=merged: write(self.con, m, self.ids, self.claims), "landing",
-                                         beat=_beat)
+                                         beat=_beat, reopen=self.reopen)
                     results = split(stats, preps)
                     self.landed_at = time.monotonic()
             except BaseException as e:  # reported on the consuming thread
@@ -223,15 +226,7 @@ class _Loop:
         self.topics = list(pkafka.topics(settings).values())
         pkafka.ensure_topics(settings, bootstrap)
         self.ids = topic_ids(settings, bootstrap, self.topics)
-        self.con = lake.connect(settings)
-        # Rows carry their own time and Kafka offset; letting DuckDB write them out of order is faster.
-        self.con.execute("SET preserve_insertion_order = false")
-        # One DuckDB thread for the writer: a 400k-sample insert costs ~30% less CPU than with a thread per
-        # core, and the other core decodes and fetches from Kafka (bench/ingest.py, same session: 1 thread
-        # landed 850k/799k samples/s vs 797k/777k with 2 on a quiet machine; 430-670k vs 260-430k busy).
-        self.con.execute("SET threads = 1")
-        self.reader = self.con.cursor()  # this thread's own connection to the same lake
-        self.reader.execute(f"USE {lake.ALIAS}")
+        self.con, self.reader = self._open()
         self.bootstrap = bootstrap
         try:
             self.consumer = self._new_consumer()
@@ -241,7 +236,7 @@ class _Loop:
         self.join: Callable[[], None] | None = None  # how the consumer takes its partitions (``run`` sets it)
         self.sought: list[TopicPartition] = []  # what the last stall check re-sought
         self.claims: dict[tuple[str, int], str] | None = {} if claiming else None
-        self.lander = _Lander(self.con, self.ids, claims=self.claims)
+        self.lander = _Lander(self.con, self.ids, claims=self.claims, reopen=self.reopen)
         self.buffer: list[Record] = []
         self.buffer_bytes = 0
         self.born = 0.0  # time.monotonic() when the buffer's oldest record was produced (Kafka timestamp) or polled
@@ -251,6 +246,31 @@ class _Loop:
         self.assigned_at: float | None = None
         self.first_assigned_at: float | None = None
         self.stats = ConsumeStats()
+
+    def _open(self) -> tuple[duckdb.DuckDBPyConnection, duckdb.DuckDBPyConnection]:
+        """The writer's connection to the lake and, on the same DuckDB instance, the consuming thread's."""
+        con = lake.connect(self.settings)
+        # Rows carry their own time and Kafka offset; letting DuckDB write them out of order is faster.
+        con.execute("SET preserve_insertion_order = false")
+        # One DuckDB thread for the writer: a 400k-sample insert costs ~30% less CPU than with a thread per
+        # core, and the other core decodes and fetches from Kafka (bench/ingest.py, same session: 1 thread
+        # landed 850k/799k samples/s vs 797k/777k with 2 on a quiet machine; 430-670k vs 260-430k busy).
+        con.execute("SET threads = 1")
+        reader = con.cursor()  # this thread's own connection to the same lake
+        reader.execute(f"USE {lake.ALIAS}")
+        return con, reader
+
+    def reopen(self) -> None:
+        """A new DuckDB instance for both threads after an internal error invalidated the old one (lake.is_broken).
+
+        Safe without a lock: the consuming thread reads the lake only while the writer is idle (an assignment
+        waits for the batches in hand, the stall check and ``reached`` run with none pending)."""
+        old = self.con, self.reader
+        self.con, self.reader = self._open()
+        self.lander.con = self.con
+        for c in old:
+            with contextlib.suppress(Exception):
+                c.close()
 
     def _new_consumer(self) -> Any:
         return pkafka.consumer(self.settings, self.bootstrap,
@@ -264,7 +284,7 @@ class _Loop:
             parts = sorted((tp.topic, tp.partition) for tp in assigned)
             owner = f"{socket.gethostname()}:{os.getpid()}"
             claim_id, stored = lake.outlast(lambda: claim(self.reader, parts, self.ids, owner),
-                                            "claiming the assigned partitions", beat=_beat)
+                                            "claiming the assigned partitions", beat=_beat, reopen=self.reopen)
             self.claims.update(dict.fromkeys(parts, claim_id))
         for tp in sorted(assigned):
             nxt = stored.get((tp.topic, tp.partition))

@@ -220,23 +220,51 @@ def is_unavailable(e: BaseException) -> bool:
     return any(s in text for s in _UNAVAILABLE)
 
 
+def is_broken(e: BaseException) -> bool:
+    """DuckDB failed internally and invalidated its database instance: every later query on any of its connections
+    fails ("database has been invalidated"), so only a new instance (``lake.connect``) helps.
+
+    Met once per few CI runs: DuckLake's inlined-data reader failed an assertion ("Attempted to access index 0 within
+    vector of size 0") when a writer re-read its stored offsets just after the PostgreSQL catalog restarted, and the
+    writer died (tests/deploy/test_object_storage.py).
+    """
+    return isinstance(e, (duckdb.InternalException, duckdb.FatalException)) or (
+        isinstance(e, duckdb.Error) and "database has been invalidated" in str(e).lower())
+
+
+REOPENS = 3  # new instances after internal errors per ``outlast`` call; the next such error is reported
+
+
 def outlast(fn: Callable[[], T], what: str, beat: Callable[[], None] | None = None,
-            give_up_s: float = OUTAGE_GIVE_UP_S) -> T:
+            give_up_s: float = OUTAGE_GIVE_UP_S, reopen: Callable[[], None] | None = None) -> T:
     """Run ``fn`` (conflicts retried as ``retry`` does); while the object store or the catalog is unreachable,
     wait with backoff (1 s doubling to 15 s) and run it again, for up to ``give_up_s``.
 
     Meanwhile the ``lake`` component is degraded in /healthz (with the error, redacted) and ``beat`` is called
     before each wait (the caller's heartbeat: waiting out an outage is what it should do). ``fn`` must be safe to
     run again: a lake transaction that failed rolled back, and a landing re-reads the stored offsets.
+
+    With ``reopen`` (which replaces the connections ``fn`` uses), an internal error that invalidated DuckDB
+    (``is_broken``) is followed by a new instance and ``fn`` run again, up to ``REOPENS`` times per call: a bug
+    that repeats is reported, not looped on.
     """
     from gangscope import telemetry
 
     started = time.monotonic()
-    wait, failures = 1.0, 0
+    wait, failures, broken, stale = 1.0, 0, 0, False
     while True:
         try:
+            if stale and reopen is not None:
+                reopen()  # itself waited out like ``fn`` while the catalog is away
+                stale = False
             result = retry(fn)
         except duckdb.Error as e:
+            if reopen is not None and is_broken(e) and broken < REOPENS:
+                broken, stale = broken + 1, True
+                log.warning("%s: DuckDB failed internally and must be opened again (%d of %d times); "
+                            "running it again on a new connection to the lake: %s", what, broken, REOPENS,
+                            str(e).splitlines()[0][:300])
+                continue
             if not is_unavailable(e) or time.monotonic() - started > give_up_s:
                 raise
             failures += 1

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
 
+from tests.png import read_png
 from tests.screenshots import PNG_SIGNATURE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,49 +52,6 @@ def test_page_screenshot(tmp_path):
 def test_no_tmp_path():
     pass
 """
-
-
-def read_png(path: Path, max_rows: int = 400) -> tuple[int, int, int, list[bytes]]:
-    """Width, height, bytes per pixel and the first ``max_rows`` unfiltered RGB(A) rows of an 8-bit non-interlaced
-    PNG (all of it checked: signature, chunk CRCs, IHDR first, IEND last, the pixel data's full length)."""
-    data = path.read_bytes()
-    assert data[:8] == PNG_SIGNATURE, data[:8]
-    pos, idat, width, height, bpp, chunks = 8, b"", 0, 0, 0, []
-    while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos : pos + 8])
-        body = data[pos + 8 : pos + 8 + n]
-        assert zlib.crc32(kind + body) == struct.unpack(">I", data[pos + 8 + n : pos + 12 + n])[0], kind
-        chunks.append(kind)
-        if kind == b"IHDR":
-            width, height, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
-            assert depth == 8 and ctype in (2, 6) and interlace == 0
-            bpp = 3 if ctype == 2 else 4
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + n
-    assert chunks[0] == b"IHDR" and chunks[-1] == b"IEND"
-    raw, stride, prev, rows = zlib.decompress(idat), width * bpp, bytearray(width * bpp), []
-    assert len(raw) == height * (stride + 1)
-    for r in range(min(height, max_rows)):
-        f, line = raw[r * (stride + 1)], bytearray(raw[r * (stride + 1) + 1 : (r + 1) * (stride + 1)])
-        assert f <= 4, f
-        if f == 2:
-            line = bytearray((x + b) & 255 for x, b in zip(line, prev, strict=True))
-        elif f:
-            for i in range(stride):
-                a = line[i - bpp] if i >= bpp else 0
-                if f == 1:
-                    line[i] = (line[i] + a) & 255
-                    continue
-                b, c = prev[i], (prev[i - bpp] if i >= bpp else 0)
-                if f == 3:
-                    line[i] = (line[i] + ((a + b) >> 1)) & 255
-                    continue
-                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        rows.append(bytes(line))
-        prev = line
-    return width, height, bpp, rows
 
 
 def _pixel(rows: list[bytes], x: int, y: int, bpp: int) -> tuple[int, ...]:
@@ -140,7 +96,7 @@ def _check_kept(shot: Path, inner: dict) -> None:
     assert shot.is_file(), sorted(str(p) for p in shot.parent.parent.rglob("*"))
     assert not Path(inner["tmp_path"]).exists()  # the test passed: its tmp_path is gone, the copy is what is left
     assert shot.stat().st_size > 2_000
-    width, height, bpp, rows = read_png(shot)
+    width, height, bpp, rows = read_png(shot, max_rows=400)
     assert width == WIDTH and height > 900  # the whole page, beyond the window's 900 px
     assert _pixel(rows, 50, 50, bpp) == GREEN  # the page's own green band at the top
     assert (

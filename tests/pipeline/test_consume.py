@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import re
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import duckdb
 import pytest
 
 from gangscope import config
@@ -415,3 +417,44 @@ def test_late_records_land_at_once_and_fresh_ones_wait_for_the_flush(
         _polled_then_idle(polls, since, 10)
         assert len(batches) == handed and landed_counts(settings)[0] == 30
     assert landed_counts(settings)[:2] == (40, 40)  # the stop landed what waited; every record once
+
+
+def test_duckdb_invalidated_under_a_writer_opens_the_lake_again_and_lands_each_record_once(
+        settings: config.Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """DuckLake once failed an internal assertion while a writer re-read its stored offsets just after the PostgreSQL
+    catalog restarted (tests/deploy/test_object_storage.py), and DuckDB invalidated its instance: the writer died.
+    Here the instance dies under a claim, under a landing before it commits and under one after it committed: each
+    time the writer opens the lake again and runs the step again, and every record lands once."""
+    bootstrap = settings.kafka.bootstrap_servers
+    assert bootstrap
+    publish(settings, range(120), range(30))
+    real_write, real_claim = consume.write, consume.claim
+    dead: list[object] = []
+
+    def invalidate(con: object, when: str) -> None:
+        dead.append(con)
+        con.close()  # type: ignore[attr-defined]  # as an invalidated instance: nothing more runs on it
+        raise duckdb.InternalException(f"INTERNAL Error: Attempted to access index 0 within vector of size 0 ({when})")
+
+    def claim(con, *args):  # type: ignore[no-untyped-def]
+        assert con not in dead, "ran again on the dead connection"
+        if not dead:
+            invalidate(con, "claim")
+        return real_claim(con, *args)
+
+    def write(con, *args):  # type: ignore[no-untyped-def]
+        assert con not in dead, "ran again on the dead connection"
+        if len(dead) == 1:
+            invalidate(con, "before commit")
+        stats = real_write(con, *args)
+        if len(dead) == 2:
+            invalidate(con, "after commit")  # landed; the run again must find it landed
+        return stats
+
+    monkeypatch.setattr(consume, "claim", claim)
+    monkeypatch.setattr(consume, "write", write)
+    with caplog.at_level(logging.WARNING, logger="pipeline.lake"):
+        consume.run(settings, bootstrap, once=True)  # a group member: it claims its partitions
+    assert len(dead) == 3
+    assert landed_counts(settings) == (120, 120, 120, 120)  # every record, none twice
+    assert sum("must be opened again" in r.getMessage() for r in caplog.records) == 3

@@ -79,3 +79,42 @@ def test_a_commit_past_ducklake_s_own_retries_is_a_conflict_run_again() -> None:
         return "built"
 
     assert lake.retry(build, base_s=0.001) == "built" and len(calls) == 3
+
+
+def test_an_internal_error_opens_the_lake_again_a_few_times_then_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB invalidates its instance after an internal error: with ``reopen`` the step runs again on a new one
+    (a catalog still away meanwhile is waited out), but an error that repeats is reported after ``REOPENS`` tries;
+    without ``reopen`` (nothing could replace the connection) it is reported at once."""
+    monkeypatch.setattr(lake.time, "sleep", lambda s: None)
+    internal = duckdb.InternalException("INTERNAL Error: Attempted to access index 0 within vector of size 0")
+    invalidated = duckdb.FatalException("FATAL Error: Failed: database has been invalidated because of a previous "
+                                        "fatal error. The database must be restarted prior to being used again.")
+    assert lake.is_broken(internal) and lake.is_broken(invalidated)
+    assert not any(lake.is_broken(cls(text)) for cls, text in MET_IN_OUTAGES + REFUSALS_AND_BUGS)
+
+    opened: list[int] = []
+    outcomes: list[BaseException | str] = [internal, duckdb.IOException(MET_IN_OUTAGES[1][1]), invalidated, "landed"]
+
+    def reopen() -> None:
+        opened.append(1)
+        if len(opened) == 1:  # the catalog is still away when the first new instance attaches it
+            raise duckdb.IOException(MET_IN_OUTAGES[1][1])
+
+    def step() -> str:
+        out = outcomes.pop(0)
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    assert lake.outlast(step, "landing", reopen=reopen) == "landed"
+    assert len(opened) == 3 and not outcomes  # the failed attach was tried again; an outage needs no new instance
+
+    def always() -> str:
+        raise internal
+
+    opened.clear()
+    with pytest.raises(duckdb.InternalException):
+        lake.outlast(always, "landing", reopen=lambda: opened.append(1))
+    assert len(opened) == lake.REOPENS
+    with pytest.raises(duckdb.InternalException):
+        lake.outlast(always, "landing")

@@ -9,9 +9,7 @@ import json
 import os
 import re
 import shutil
-import struct
 import subprocess
-import zlib
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ import pytest
 from pipeline import lake
 from reports import fleet
 from reports.report import write_report
+from tests.png import read_png
 from tests.reports import lakefix
 
 
@@ -246,50 +245,8 @@ class _Dom(html.parser.HTMLParser):
         self.cur.text += data
 
 
-def _png(path: Path) -> tuple[int, int, int, list[bytearray]]:
-    """Width, height, bytes per pixel and unfiltered rows of an 8-bit RGB/RGBA non-interlaced PNG."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, width, height, bpp = 8, b"", 0, 0, 3
-    while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + n]
-        if kind == b"IHDR":
-            width, height, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
-            assert depth == 8 and ctype in (2, 6) and interlace == 0
-            bpp = 3 if ctype == 2 else 4
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + n
-    raw = zlib.decompress(idat)
-    stride = width * bpp
-    prev = bytearray(stride)
-    rows = []
-    for r in range(height):
-        f, line = raw[r * (stride + 1)], bytearray(raw[r * (stride + 1) + 1:(r + 1) * (stride + 1)])
-        if f == 1:
-            for i in range(bpp, stride):
-                line[i] = (line[i] + line[i - bpp]) & 255
-        elif f == 2:
-            line = bytearray((a + b) & 255 for a, b in zip(line, prev, strict=True))
-        elif f == 3:
-            for i in range(stride):
-                left = line[i - bpp] if i >= bpp else 0
-                line[i] = (line[i] + ((left + prev[i]) >> 1)) & 255
-        elif f == 4:
-            for i in range(stride):
-                a = line[i - bpp] if i >= bpp else 0
-                b, c = prev[i], prev[i - bpp] if i >= bpp else 0
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        rows.append(line)
-        prev = line
-    return width, height, bpp, rows
-
-
 def _png_colours(path: Path) -> int:
-    width, _, bpp, rows = _png(path)
+    width, _, bpp, rows = read_png(path)
     return len({bytes(line[i:i + 3]) for r, line in enumerate(rows) if r % 2 == 0
                 for i in range(0, width * bpp, bpp * 2)})
 
@@ -312,7 +269,7 @@ def _fits(base: list[str], page: Path, width: int, tmp_path: Path) -> bool:
     r = subprocess.run([*base, f"--window-size={width},300", f"--screenshot={shot}", probe.as_uri()],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
-    w, _, bpp, rows = _png(shot)
+    w, _, bpp, rows = read_png(shot)
     assert w == width
     pixel = tuple(rows[10][10 * bpp:10 * bpp + 3])
     assert pixel in ((0, 255, 0), (255, 0, 255)), pixel  # the probe ran
@@ -376,7 +333,7 @@ def test_report_in_headless_chromium(which, report_lake, sim_lakes, tmp_path):
         r = subprocess.run([*base, f"--window-size={width},2000", f"--screenshot={shot}", page.as_uri()],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
-        assert _png(shot)[0] == width
+        assert read_png(shot)[0] == width
         # A blank or unstyled page has a handful of colours; charts, badges and bars give many more.
         assert _png_colours(shot) > 40
 
