@@ -190,6 +190,18 @@ def test_model_files_parse_for_the_runner() -> None:
     assert health.refs == {"raw.scrapes"}
 
 
+def test_models_over_the_signals_read_back_as_far_as_the_signals_are_rebuilt() -> None:
+    """The runner raises each incremental model's lookback to its inputs' (a late sample rebuilt into staging and
+    not into the models over it made an incremental build differ from a full one); its own header stays."""
+    own = models.discover()
+    plan = {m.table: m for m in models.order(models.discover())}
+    sig = own["staging.stg_metric_signals"].lookback_s
+    readers = [n for n, m in plan.items() if "staging.stg_metric_signals" in m.refs and m.materialized == "incremental"]
+    assert sig == 300 and len(readers) >= 4
+    assert any(own[n].lookback_s < sig for n in readers)
+    assert all(plan[n].lookback_s == max(sig, own[n].lookback_s) for n in readers)
+
+
 def test_signal_map_covers_every_signal_and_config_extends_it(tmp_path: Path) -> None:
     s = config.load(overrides={"data": str(tmp_path), "metrics": {"signals": {"nvlink_bw": ["MY_NVL:gauge:1e6"]}}},
                     environ={})

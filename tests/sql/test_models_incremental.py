@@ -49,15 +49,19 @@ def test_incremental_builds_equal_a_full_build(offline_settings: config.Settings
             _minute(raw, m)
             if m == 1:
                 _minute(raw, 0)  # minute 0's scrapes landed a second time (a collector re-sent them)
-            if m == 3:  # a sample that arrives late: 1 min 37 s old when it lands
+            if m == 3:  # samples that arrive late: 1 min 37 s and 3 min 22 s old when they land (a writer
+                # catching up after an outage); the second is older than the lookback of the models that read
+                # staging, but not of staging itself: they read as far back as their inputs were rebuilt
                 dcgm(raw, 1.625, "a1", 0, "DCGM_FI_DEV_GPU_UTIL", 55.0, ("ml", "job-0"))
+                dcgm(raw, 0.125, "a1", 0, "DCGM_FI_DEV_GPU_UTIL", 44.0, ("ml", "job-0"))
+                dcgm(raw, 0.125, "a1", 0, "DCGM_FI_PROF_PCIE_TX_BYTES", 5e9, ("ml", "job-0"))
             raw.write(con)
             stats = models.build(offline_settings, con, only_stale=True)
             if m > -3:
                 assert {"staging.stg_metric_series", "staging.stg_metric_signals"} <= set(stats.incremental)
         # Series ids are per UTC day: midnight made new ones, each resolved once.
         assert con.execute("SELECT count(*), count(DISTINCT series), count(DISTINCT day) "
-                           "FROM staging.stg_metric_series").fetchone() == (8, 8, 2)
+                           "FROM staging.stg_metric_series").fetchone() == (9, 9, 2)  # the late PCIe series: one more
         inc = _tables(con)
         models.build(offline_settings, con, full=True)
         full = _tables(con)
@@ -70,8 +74,9 @@ def test_incremental_builds_equal_a_full_build(offline_settings: config.Settings
     # Nothing doubled by the twice-landed minute; the late sample is there; the counter's rate crossed
     # midnight (one logical series, two ids) and its reset.
     util0 = [r for r in sig if r[2] == "gpu_util" and r[5] == "0"]
-    assert len(util0) == 7 * 4 + 1 and len({r[1] for r in util0}) == len(util0)
-    assert 55.0 in {r[10] for r in util0}
+    assert len(util0) == 7 * 4 + 2 and len({r[1] for r in util0}) == len(util0)
+    assert {55.0, 44.0} <= {r[10] for r in util0}
+    assert any("pcie_bw" in r for r in inc["intermediate.int_node_bandwidth"])  # the late PCIe sample's bucket
     ib = sorted((r for r in sig if r[2] == "ib_bw"), key=lambda r: r[1])
     assert len(ib) == 7 * 4 and ib[0][10] is None and {r[4] for r in ib} == {"a1"}
     assert {r[10] for r in ib[1:]} == {2.5e8, 0.0}  # 3.75 GB per 15 s; after the reset, the new value (0) / dt
