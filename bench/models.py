@@ -64,6 +64,7 @@ def _k8s(settings: config.Settings, work: Path, nodes: int, hours: float) -> Non
 
 
 START = "TIMESTAMPTZ '2026-11-01 00:00:00+00'"
+MIXED_NODES = 20  # the mixed scenario lays out one job of every class on 20 nodes (fewer: "use more --nodes")
 
 
 def _series(con, nodes: int, days: int) -> None:
@@ -185,7 +186,7 @@ def scheduled_at(nodes: int, minutes: float, memory_limit: str | None,
                 work.mkdir()
                 settings = config.load(overrides={"data": str(work / "data"), "memory_limit": memory_limit},
                                        environ={})
-                _k8s(settings, work, max(nodes, 16), minutes / 60)
+                _k8s(settings, work, max(nodes, MIXED_NODES), minutes / 60)
                 con = lake.connect(settings)
                 cons.append(con)
                 t = time.perf_counter()
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         settings = config.load(overrides={"data": str(work / "data"), "memory_limit": args.memory_limit}, environ={})
         print(f"memory_limit={settings.memory_limit}", flush=True)
-        _k8s(settings, work, max(args.nodes, 16), args.hours)  # the mixed scenario needs 16 nodes for its jobs
+        _k8s(settings, work, max(args.nodes, MIXED_NODES), args.hours)
         ticks = int(args.hours * 240)
         con = lake.connect(settings)
         t = time.perf_counter()
