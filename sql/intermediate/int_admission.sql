@@ -20,7 +20,8 @@
 --   carrying Evicted=True) lost it: its QuotaReserved=False lastTransitionTime, or, if later, when it came back to
 --   the queue (Requeued=True lastTransitionTime: the end of a waitForPodsReady backoff, a reactivation)
 -- column: wait_s: seconds from creation to the first admission (to the data's as_of while still waiting); for a
---   requeued workload waiting now, from queued_at to as_of
+--   requeued workload waiting now, from queued_at to as_of; NULL (unknown) for one first met already evicted and
+--   admitted again since: its first admission was before the capture
 -- column: blocked_by: quota, topology or configuration (cause_kind of a blocking cause), else NULL
 -- column: cause: quota, quota_never, waiting_preemption, waiting_pods_ready, admission_check, topology,
 --   delayed_topology, topology_level_missing, no_matching_flavor, misconfigured, missing_local_queue,
@@ -51,6 +52,7 @@ times AS (
            max(transition_at) FILTER (WHERE type = 'QuotaReserved' AND status = 'True') AS last_reserved_at,
            max(transition_at) FILTER (WHERE type = 'QuotaReserved' AND status = 'False') AS last_unreserved_at,
            max(transition_at) FILTER (WHERE type = 'Requeued' AND status = 'True') AS last_requeued_at,
+           min(transition_at) FILTER (WHERE type IN ('Evicted', 'Preempted') AND status = 'True') AS first_evicted_at,
            bool_or(type IN ('QuotaReserved', 'Evicted') AND status = 'True') AS had_quota
     FROM cond GROUP BY ALL
 ),
@@ -198,7 +200,11 @@ base AS (
             AS requeued,
         CASE WHEN requeued THEN greatest(t.last_unreserved_at, coalesce(t.last_requeued_at, t.last_unreserved_at))
              ELSE j.created_at END AS queued_at,
+        -- First met already evicted (Evicted / Preempted True before any reservation seen): its first admission
+        -- was before the capture and unseen, so how long it waited for it is unknown (NULL), not creation to the
+        -- re-admission: that wait is the eviction's (a preemption "restarted later"), as when watched live.
         epoch(CASE WHEN requeued THEN j.as_of - queued_at
+                   WHEN t.first_evicted_at < coalesce(t.quota_reserved_at, 'infinity'::TIMESTAMPTZ) THEN NULL
                    ELSE coalesce(t.admitted_at, j.as_of) - j.created_at END) AS wait_s,
         CASE WHEN ml.level IS NULL AND j.cluster IN (SELECT cluster FROM levels)
              THEN coalesce(j.required_topology, j.preferred_topology) END AS missing_level,

@@ -20,6 +20,7 @@ from tests.sql.lakefix import Raw, build_lake, cond, node, pod, pod_status, work
 CAPTURE = 30.0  # minute the `mol` namespace is first listed
 END = 45.0
 PREEMPTED = 20.0
+READMITTED = 35.0
 QUOTA_MSG = ("couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu, "
              "16 more needed")
 PREEMPT_MSG = ("Preempted to accommodate a workload (UID: 9f1c, JobUID: 77ab) due to prioritization in the "
@@ -137,6 +138,33 @@ def _readmitted_stuck(raw: Raw, ns: str, seen: float | None) -> None:
         raw.event(seen if seen is not None else 12.05, copy.deepcopy(p))
 
 
+def _preempted_readmitted(raw: Raw, ns: str, seen: float | None) -> None:
+    """Kueue Job admitted at 0.5, preempted at PREEMPTED, re-admitted at READMITTED (after a 15 min wait, past the
+    threshold) and running again. Listed mid-incident: first seen evicted, so its first admission is unseen (the
+    simulator's preemption@onset once reported "Not admitted for 45 min (quota)" beside the preemption)."""
+    job, wl = "rl-retry", "job-rl-retry-8c1d2"
+    w = workload(ns, wl, "Job", job, 2, [], cluster_queue="cq")
+    w["metadata"]["creationTimestamp"] = "2026-11-01T00:00:00Z"
+    if seen is None:
+        raw.event(0, copy.deepcopy(w))
+        w["status"]["conditions"] = _admitted(0.5)
+        raw.event(0.5, copy.deepcopy(w), "MODIFIED")
+        for p in _kueue_pods(ns, job, wl, ["n1", "n2"], 0.55):
+            raw.event(0.55, copy.deepcopy(p))
+            raw.event(PREEMPTED + 0.6, copy.deepcopy(p), "DELETED")
+    w["status"] = {"conditions": _evicted(PREEMPTED), "requeueState": {"count": 1}}
+    raw.event(seen if seen is not None else PREEMPTED, copy.deepcopy(w), "ADDED" if seen is not None else "MODIFIED")
+    again = [c for c in _evicted(PREEMPTED) if c["type"] in ("Evicted", "Preempted")]
+    for c in again:
+        if c["type"] == "Evicted":
+            c.update(status="False", reason="QuotaReserved", message="Previously: " + c["message"],
+                     lastTransitionTime="2026-11-01T00:35:00Z")
+    w["status"]["conditions"] = _admitted(READMITTED) + again
+    raw.event(READMITTED, copy.deepcopy(w), "MODIFIED")
+    for p in _kueue_pods(ns, job, wl, ["n1", "n2"], READMITTED + 0.05, suffix="b"):
+        raw.event(READMITTED + 0.05, copy.deepcopy(p))
+
+
 def _build(raw: Raw) -> None:
     for i in range(1, 5):
         raw.event(0, node(f"n{i}", "rack-a"))
@@ -144,6 +172,7 @@ def _build(raw: Raw) -> None:
         _preempted_waiting(raw, ns, seen)
         _scheduler_preempted(raw, ns, seen)
         _readmitted_stuck(raw, ns, seen)
+        _preempted_readmitted(raw, ns, seen)
     raw.event(END, node("n4", "rack-a"), "MODIFIED")  # the data's "now": 25 min after the preemption
 
 
@@ -179,6 +208,18 @@ def test_scheduler_preempted_job_with_pods_deleted_is_one_finding(con, ns: str) 
     assert _classes(con, ns, "embed-batch") == ["preemption"]
     assert con.execute("SELECT state FROM intermediate.int_jobs WHERE namespace = ? AND job = 'embed-batch'",
                        [ns]).fetchone()[0] == "finished"
+
+
+@pytest.mark.parametrize("ns", ["live", "mol"])
+def test_preempted_job_admitted_again_is_one_preemption_finding_however_first_seen(con, ns: str) -> None:
+    rows = [r for r in diagnose.findings(con) if (r["namespace"], r["job"]) == (ns, "rl-retry")]
+    assert [r["root_cause"] for r in rows] == ["preemption"]  # not also "Not admitted for 35 min (quota)"
+    assert rows[0]["started_at"] == "2026-11-01T00:20:00Z" and rows[0]["ended_at"] is not None
+    requeued, wait_s = con.execute("SELECT requeued, wait_s FROM intermediate.int_admission WHERE namespace = ? "
+                                   "AND job = 'rl-retry'", [ns]).fetchone()
+    assert requeued is False
+    # Live, the first admission was seen (30 s after creation); first seen evicted, how long it took is unknown.
+    assert wait_s == 30 if ns == "live" else wait_s is None
 
 
 @pytest.mark.parametrize("ns", ["live", "mol"])
