@@ -38,6 +38,7 @@ import yaml
 from kafka import TopicPartition
 
 from gangscope import config
+from gangscope.app import service
 from gangscope.records import K8sEvent, ScrapeBatch
 from gangscope.transport import kafka as pkafka
 from gangscope.transport.publish import Publisher
@@ -183,7 +184,10 @@ def _wait(cond: Callable[[], bool], timeout_s: float, what: str, procs: list[Pro
     pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tails}")
 
 
-def _stop(procs: list[Proc], timeout_s: float = 120.0) -> None:
+def _stop(procs: list[Proc], timeout_s: float = service.LAND_GRACE_S + 120.0) -> None:
+    """SIGTERM, then wait as long as `gangscope run` may take by design: it keeps its pipeline landing what its
+    collectors published for up to LAND_GRACE_S, then joins it (CI once: a run whose group member was rejoining
+    after two rebalances stopped cleanly after 122 s, past the 120 s this allowed before)."""
     for p in procs:
         if p.popen.poll() is None:
             p.popen.send_signal(signal.SIGTERM)
