@@ -62,7 +62,7 @@ def _secret(home: Path, server: S3Server, creds: Credentials) -> None:
     con = duckdb.connect(config={"secret_directory": str(home / ".duckdb" / "stored_secrets")})
     try:
         lake.load_extensions(con, ("httpfs",))
-        con.execute(server.duckdb_secret(creds=creds, persistent=True).replace("CREATE ", "CREATE OR REPLACE ", 1))
+        con.execute(server.duckdb_secret(creds=creds, persistent=True, or_replace=True))
     finally:
         con.close()
 
@@ -102,8 +102,7 @@ def _analyst(settings: config.Settings, server: S3Server) -> duckdb.DuckDBPyConn
     scoped to the lake's prefix, so it wins over the persistent read-write one) and a read-only attach."""
     con = duckdb.connect()
     lake.load_extensions(con, lake.catalog_extensions(settings))
-    secret = server.duckdb_secret(name="analyst", creds=server.reader).replace(
-        f"SCOPE 's3://{server.bucket}'", f"SCOPE '{lake.data_path(settings)}'")
+    secret = server.duckdb_secret(name="analyst", creds=server.reader, scope=lake.data_path(settings))
     con.execute(secret.replace("CREATE SECRET", "CREATE TEMPORARY SECRET"))
     con.execute(lake.attach_sql(settings, read_only=True))
     con.execute(f"USE {lake.ALIAS}")

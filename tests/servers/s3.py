@@ -125,12 +125,14 @@ class S3Server:
         return request(self.endpoint, creds or self.admin, "PUT", f"/{self.bucket}/{key}", body=body)[0]
 
     def duckdb_secret(self, name: str = "gangscope_s3", creds: Credentials | None = None,
-                      persistent: bool = False) -> str:
-        """The CREATE SECRET statement a user runs once for this server (docs/scaling.md)."""
+                      persistent: bool = False, or_replace: bool = False, scope: str | None = None) -> str:
+        """The CREATE SECRET statement a user runs once for this server (docs/scaling.md); ``scope``: a prefix
+        narrower than the bucket; ``or_replace``: over a secret of that name left by an earlier server."""
         c = creds or self.admin
-        return (f"CREATE {'PERSISTENT ' if persistent else ''}SECRET {name} (TYPE s3, KEY_ID '{c.access_key}', "
-                f"SECRET '{c.secret_key}', REGION '{REGION}', ENDPOINT '{self.endpoint}', URL_STYLE 'path', "
-                f"USE_SSL false, SCOPE 's3://{self.bucket}')")
+        return (f"CREATE {'OR REPLACE ' if or_replace else ''}{'PERSISTENT ' if persistent else ''}SECRET {name} "
+                f"(TYPE s3, KEY_ID '{c.access_key}', SECRET '{c.secret_key}', REGION '{REGION}', "
+                f"ENDPOINT '{self.endpoint}', URL_STYLE 'path', USE_SSL false, "
+                f"SCOPE '{scope or f's3://{self.bucket}'}')")
 
     def start(self, timeout_s: float = 120.0) -> S3Server:
         """Launch on this server's ports and data directory (again after ``stop``: the objects are kept)."""
