@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import ssl
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -42,9 +43,14 @@ from gangscope.timesanity import DEFAULT_SKEW_S, split_refused
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 << 20
-# What Prometheus 2.42 sends (scrape/scrape.go acceptHeader).
-ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-          "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+# What Prometheus 3 sends with its default scrape protocols (scrape/scrape.go acceptHeader, model.NoEscaping): UTF-8
+# names as they are (an exporter on a recent client_golang would otherwise escape "http.status" to "http_status").
+ACCEPT = ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+          "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,"
+          "text/plain;version=0.0.4;q=0.2,*/*;q=0.1")
+# Only gzip, as Prometheus asks, decompressed here: aiohttp's own decompression took a gzip stream cut short
+# (Content-Length right, the stream's end missing) as a whole body and landed its first lines as a good scrape.
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 Emit = Callable[[ScrapeBatch], None]
 
@@ -160,7 +166,8 @@ def _ssl_context(t: Target) -> ssl.SSLContext | bool | None:
 _KINDS = (("timeout", "timeout"), ("HTTP ", "http_status"), ("body of ", "body_too_large"),
           ("body exceeds", "body_too_large"), ("empty body", "empty_body"),
           ("unsupported content type", "content_type"), ("parse error", "parse_error"), ("skipped", "skipped"),
-          ("ClientPayloadError", "body_cut"))
+          ("ClientPayloadError", "body_cut"), ("body cut", "body_cut"),
+          ("unsupported content encoding", "content_type"))
 
 
 def failure_kind(error: str | None) -> str:
@@ -201,8 +208,9 @@ class Scraper:
     async def __aenter__(self) -> Scraper:
         connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300,
                                          enable_cleanup_closed=True)
-        self._session = aiohttp.ClientSession(connector=connector, headers={"Accept": ACCEPT},
-                                              auto_decompress=True)
+        self._session = aiohttp.ClientSession(connector=connector,
+                                              headers={"Accept": ACCEPT, "Accept-Encoding": "gzip"},
+                                              auto_decompress=False)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -235,11 +243,22 @@ class Scraper:
             fmt = body_format(resp.headers.get("Content-Type"))
             if (resp.content_length or 0) > limit:
                 raise ScrapeFailed(f"body of {resp.content_length} bytes exceeds the limit of {limit} bytes")
+            encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding not in _WBITS and encoding != "identity":
+                raise ScrapeFailed(f"unsupported content encoding {encoding!r}")
+            unzip = zlib.decompressobj(_WBITS[encoding]) if encoding in _WBITS else None
             body = bytearray()
-            async for chunk in resp.content.iter_any():  # decompressed: the limit is on what gets parsed
+            async for chunk in resp.content.iter_any():
+                if unzip is not None:  # the limit is on what gets parsed: at most one byte past it is inflated
+                    try:
+                        chunk = unzip.decompress(chunk, limit + 1 - len(body))
+                    except zlib.error as e:
+                        raise ScrapeFailed(f"body cut or corrupt: {encoding}: {e}") from None
                 body += chunk
                 if len(body) > limit:
                     raise ScrapeFailed(f"body exceeds the limit of {limit} bytes")
+            if unzip is not None and not unzip.eof:
+                raise ScrapeFailed(f"body cut: the {encoding} stream ended early, after {len(body)} bytes")
             if not body.strip():
                 raise ScrapeFailed("empty body")
             return decode_body(bytes(body)), fmt

@@ -22,6 +22,7 @@ class Route:
     chunk_delay_s: float = 0.0
     gzip: bool = False  # Content-Encoding: gzip
     cut_at: int = 0  # > 0: announce the whole body, send only this many bytes, then close the connection
+    gzip_cut_at: int = 0  # > 0 (with gzip): the gzip stream cut to this many bytes, announced and sent as a whole
 
 
 @contextmanager
@@ -42,7 +43,7 @@ def serve(routes: dict[str, Route]) -> Iterator[tuple[str, list[tuple[str, dict[
                 time.sleep(route.delay_s)
             body = route.body.encode() if isinstance(route.body, str) else route.body
             if route.gzip:
-                body = gzip_codec.compress(body)
+                body = gzip_codec.compress(body)[:route.gzip_cut_at or None]
             try:
                 self.send_response(route.status)
                 if route.content_type is not None:
