@@ -14,6 +14,7 @@ import re
 import threading
 from typing import Any, TextIO
 
+from collectors.metrics.parse import _LABEL_NAME, _NAME_OK
 from collectors.metrics.scrape import serve
 from gangscope.errors import UserError
 from gangscope.records import ScrapeBatch
@@ -42,15 +43,24 @@ def format_value(v: float) -> str:
     return repr(int(v)) if v.is_integer() and abs(v) < 2**53 else repr(v)
 
 
+def _label_name(k: str) -> str:
+    return k if _LABEL_NAME.fullmatch(k) else f'"{_escape(k)}"'
+
+
 def write_batch(out: TextIO, b: ScrapeBatch) -> int:
-    """Write one batch's samples in the replay format; returns the number of samples written."""
+    """Write one batch's samples in the replay format; returns the number of samples written. A name outside the
+    legacy character set (Prometheus 3's UTF-8 names, e.g. ``http.status``) is written quoted, the metric's inside
+    the braces (``{"http.status",job="..."}``), as the text format 1.0.0 does, so the file replays."""
     ident = f'job="{_escape(b.job)}",instance="{_escape(b.instance)}"'
     lines = []
     for s, ts, v in zip(b.sample_series, b.sample_ts_ms, b.sample_value, strict=True):
         labels = b.series_labels[s]
-        rest = "".join(f',{k}="{_escape(val)}"' for k, val in labels.items() if k not in ("job", "instance"))
+        rest = "".join(f',{_label_name(k)}="{_escape(val)}"' for k, val in labels.items()
+                       if k not in ("job", "instance"))
         when = b.scraped_at_ms if ts is None else ts
-        lines.append(f"{b.series_metric[s]}{{{ident}{rest}}} {format_value(v)} {when}\n")
+        name = b.series_metric[s]
+        head = f"{name}{{{ident}" if _NAME_OK.fullmatch(name) else f'{{"{_escape(name)}",{ident}'
+        lines.append(f"{head}{rest}}} {format_value(v)} {when}\n")
     out.writelines(lines)
     return len(lines)
 

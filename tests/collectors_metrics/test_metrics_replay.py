@@ -137,6 +137,26 @@ def test_capture_then_replay_round_trip(tmp_path: Path) -> None:
             assert b.series_metric == ref.metric and b.series_labels == ref.labels and b.sample_value == ref.value
 
 
+def test_capture_then_replay_keeps_utf8_names(tmp_path: Path) -> None:
+    """Prometheus 3's UTF-8 metric and label names (quoted on the wire) are written quoted in the capture, so the
+    file replays to the same series (they were written bare, and replay refused the file)."""
+    text = ('# HELP "http.requests" Requests.\n# TYPE "http.requests" counter\n'
+            '{"http.requests","status.code"="200",method="GET"} 7\n'
+            'plain_metric{"odd label"="x",ok="y"} 1\n{"quote\\"d.name"} 2\n')
+    with http_serve({"/metrics": Route(text)}) as (base, _):
+        s = config.load(overrides={"data": str(tmp_path / "d"), "metrics": {"targets": [
+            {"url": f"{base}/metrics", "job": "app", "interval_s": 0.5, "timeout_s": 0.5}]}}, environ={})
+        out = tmp_path / "cap.prom"
+        scrapes, samples = capture(s, str(out), duration_s=0.8)
+    assert scrapes >= 1 and samples == scrapes * 3
+    ref = parse_text(text)
+    assert ref.metric == ["http.requests", "plain_metric", 'quote"d.name'] and not ref.errors
+    batches = list(read_metrics_file(out, "default"))
+    assert len(batches) == scrapes
+    for b in batches:
+        assert b.series_metric == ref.metric and b.series_labels == ref.labels and b.sample_value == ref.value
+
+
 def test_parse_duration() -> None:
     assert parse_duration("90") == 90 and parse_duration("5m") == 300 and parse_duration("500ms") == 0.5
     with pytest.raises(UserError, match="bad duration"):
