@@ -381,6 +381,8 @@ def _exemplar(text: str) -> None:
     labels, quoted = _labels_slow(body, True) if body else ({}, None)
     if quoted is not None:
         raise ParseError("exemplar: a label without a value")
+    if any("\x00" in v for v in labels.values()):  # Prometheus refuses it here, though not in a series' labels
+        raise ParseError("exemplar: a NUL byte in a label value")
     if sum(len(k) + len(v) for k, v in labels.items()) > 128:
         raise ParseError("exemplar labels longer than 128 characters")
     rest = text[i + 1:]

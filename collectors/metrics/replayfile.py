@@ -177,6 +177,6 @@ def read_metrics_file(
                     oldest = min(pending.values(), key=_batch_key).scraped_at_ms
                     yield from release(oldest + 1)
     if fmt == "openmetrics" and not eof_line:
-        raise UserError(f"{path}: OpenMetrics file does not end with # EOF (is it cut short?)")
+        raise UserError(f"{path}:{first_line - 1}: OpenMetrics file does not end with # EOF (is it cut short?)")
     yield from release(None)
 

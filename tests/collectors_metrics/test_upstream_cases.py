@@ -12,7 +12,7 @@ import pytest
 
 from collectors.metrics.parse import parse_text
 from collectors.metrics.replayfile import parse_slice
-from collectors.metrics.scrape import decode_body, parse_scrape
+from collectors.metrics.scrape import _parse_scrape, decode_body
 
 DOC = json.loads((Path(__file__).parent / "upstream_cases.json").read_text(encoding="utf-8"))
 CASES = DOC["cases"]
@@ -44,12 +44,31 @@ def test_the_table_covers_every_suite() -> None:
     assert len(CASES) > 450
 
 
+def _eof_only(case: dict) -> bool:
+    """A cut case (OpenMetrics without # EOF) whose only fault upstream is the missing # EOF."""
+    up = case["upstream"]
+    return "does not end with # EOF" in up.get("textparse", "") or (
+        "textparse" not in up and "Missing # EOF" in up.get("client_python", ""))
+
+
+CUT = [c for c in CASES if c.get("cut")]
+# A broken line between two good ones: the error moves down one line, both good lines land (inputs holding # EOF
+# before their end are about what follows it: left out).
+SANDWICHED = [c for c in CASES if c["expect"] == "error" and not c.get("cut")
+              and "# EOF" not in c["input"].removesuffix("\n").removesuffix("# EOF")]
+
+
+def _live(text: str, fmt: str):  # type: ignore[no-untyped-def]
+    body = text.encode("utf-8", "surrogateescape")  # what the exporter sent, bytes and all
+    return _parse_scrape(decode_body(body), fmt, cluster="c", target="t", job="j", instance="i", scraped_at_ms=1,
+                         fetch_s=0.0, labels={})
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_live_scrape(case: dict) -> None:
-    body = case["input"].encode("utf-8", "surrogateescape")  # what the exporter sent, bytes and all
-    b = parse_scrape(decode_body(body), case["format"], cluster="c", target="t", job="j", instance="i",
-                     scraped_at_ms=1, fetch_s=0.0, labels={})
+    b, warnings = _live(case["input"], case["format"])
     got = _got(b.series_metric, b.series_labels, b.sample_value, b.sample_ts_ms)
+    assert len(warnings) == case.get("warnings", 0), warnings  # skipped on purpose: said, once per reason
     if case["expect"] == "samples":
         assert b.up and b.error is None, b.error
         assert got == _expected(case)
@@ -66,8 +85,11 @@ def test_replay_parse(case: dict) -> None:
     """The parse a replay file's lines get (timestamps not required here: few upstream cases carry them)."""
     p = parse_slice(case["input"], case["format"], 1, require_timestamps=False)
     got = _got(p.metric, p.labels, p.value, p.ts_ms)
-    if case["expect"] == "samples" or case.get("cut"):  # a replay file's # EOF is checked at its end
-        assert [e for e in p.errors if not case.get("cut")] == []
+    assert len(p.warnings) == case.get("warnings", 0), p.warnings
+    if case["expect"] == "samples" or (case.get("cut") and _eof_only(case)):  # a file's # EOF: checked at its end
+        assert p.errors == []
+    elif case.get("cut"):  # the line is broken too, # EOF or not
+        assert p.errors and p.errors[0][0] == case["error_line"], (p.errors, case["upstream"])
     else:
         lines = [line for line, _ in p.errors]
         if case["id"] in REPEATS_OK_IN_REPLAY:
@@ -95,3 +117,30 @@ def test_a_broken_line_costs_only_itself_and_its_reason_stays_short() -> None:
     p = parse_text(text)
     assert p.metric == ["good", "also_good"] and [line for line, _ in p.errors] == [2, 3]
     assert all(len(reason) < 200 for _, reason in p.errors)
+
+
+@pytest.mark.parametrize("case", CUT, ids=[c["id"] for c in CUT])
+def test_cut_cases_with_their_eof(case: dict) -> None:
+    """The cases upstream refuses for a missing # EOF, given one: whole where that was their only fault, else
+    still an error on the line upstream names (a missing # EOF hid nothing)."""
+    text = case["input"] + ("" if case["input"].endswith("\n") or not case["input"] else "\n") + "# EOF\n"
+    b, _ = _live(text, "openmetrics")
+    if _eof_only(case):
+        assert b.up and b.error is None, b.error
+    else:
+        assert b.error is not None and f"line {case['error_line']}:" in b.error, (b.error, case["upstream"])
+
+
+@pytest.mark.parametrize("case", SANDWICHED, ids=[c["id"] for c in SANDWICHED])
+def test_a_broken_line_between_good_ones(case: dict) -> None:
+    om = case["format"] == "openmetrics"
+    body = case["input"].removesuffix("# EOF\n").removesuffix("# EOF") if om else case["input"]
+    text = "gs_before 1\n" + body + ("" if body.endswith("\n") else "\n") + "gs_after 2\n" + ("# EOF\n" if om else "")
+    b, _ = _live(text, case["format"])
+    assert b.up and b.error is not None and f"line {case['error_line'] + 1}:" in b.error, (b.error, case.get("note"))
+    assert {"gs_before", "gs_after"} <= set(b.series_metric)
+    p = parse_slice(text, case["format"], 1, require_timestamps=False)
+    lines = [line for line, _ in p.errors]
+    assert {"gs_before", "gs_after"} <= set(p.metric)
+    if case["id"] not in REPEATS_OK_IN_REPLAY:
+        assert lines and lines[0] == case["error_line"] + 1, p.errors
