@@ -126,14 +126,20 @@ classified AS (
 decided AS (
     -- The newest classified signal decides, except that a topology signal ever seen beats quota (the NoFit
     -- severity order hides topology behind quota when several flavors fail) and a terminal state beats all.
+    -- Signals of the same time are ordered too, so cause, reason and message come from one signal, the same at
+    -- every build: the Workload's own condition after a Kueue Event of that second (the sandbox and Kueue stamp
+    -- QuotaReserved=False and its "Pending" Event alike), then by type, reason and message.
     SELECT cluster, namespace, workload,
-           arg_max(cause, epoch(seen_at)) AS latest_cause,
-           arg_max(reason, epoch(seen_at)) AS latest_reason,
-           arg_max(message, epoch(seen_at)) AS latest_message,
+           arg_max(cause, row(epoch_us(seen_at), type <> 'Event', type, reason, message)) AS latest_cause,
+           arg_max(reason, row(epoch_us(seen_at), type <> 'Event', type, reason, message)) AS latest_reason,
+           arg_max(message, row(epoch_us(seen_at), type <> 'Event', type, reason, message)) AS latest_message,
            max(seen_at) AS latest_at,
-           arg_max(cause, epoch(seen_at)) FILTER (WHERE cause IN ('finished', 'stopped')) AS terminal,
-           arg_max(reason, epoch(seen_at)) FILTER (WHERE cause = 'topology') AS topo_reason,
-           arg_max(message, epoch(seen_at)) FILTER (WHERE cause = 'topology') AS topo_message,
+           arg_max(cause, row(epoch_us(seen_at), type <> 'Event', type, reason, message))
+               FILTER (WHERE cause IN ('finished', 'stopped')) AS terminal,
+           arg_max(reason, row(epoch_us(seen_at), type <> 'Event', type, reason, message))
+               FILTER (WHERE cause = 'topology') AS topo_reason,
+           arg_max(message, row(epoch_us(seen_at), type <> 'Event', type, reason, message))
+               FILTER (WHERE cause = 'topology') AS topo_message,
            max(seen_at) FILTER (WHERE cause = 'topology') AS topo_at,
            max(gate) AS gate
     FROM classified WHERE cause IS NOT NULL

@@ -53,7 +53,9 @@ def _rename(v: Any) -> Any:
     """A scenario object with ``RENAMED`` turned into a hostile name, and its Kueue messages made hostile too."""
     if isinstance(v, dict):
         out = {k: _rename(x) for k, x in v.items()}
-        if isinstance(out.get("message"), str) and out.get("type") == "QuotaReserved" and "reason" in out:
+        condition = out.get("type") == "QuotaReserved" and "reason" in out
+        event = out.get("kind") == "Event" and out.get("type") == "Warning"  # Kueue's Pending: the same message
+        if isinstance(out.get("message"), str) and (condition or event):
             out["message"] = HOSTILE_MESSAGE + out["message"]
         return out
     if isinstance(v, list):
