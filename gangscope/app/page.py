@@ -57,6 +57,7 @@ class LivePage:
         self._overview: str | None = None  # the rendered #live body
         self._overview_at = 0.0
         self._state_mtime: int | None = None
+        self._as_of: Any = None  # the models' newest time at the last published build (int_as_of)
         self._jobs: collections.OrderedDict[tuple[str, str], tuple[int, int, str, str | None]] = \
             collections.OrderedDict()  # (ns, job) -> (generation, status, body, kind)
         self._asked: dict[tuple[str, str], Future[None]] = {}
@@ -141,6 +142,11 @@ class LivePage:
                 self._fleet_due = False
             self._fleet_at = now
             self._fleet = page_data.read_fleet(self._connection(), self.settings.cluster)
+            self.reads += 1
+        if mtime != self._state_mtime and mtime is not None:
+            # A build published its findings: the time its data reaches, read now (one small table) so that
+            # "data up to" is not older than the findings listed under it (the fleet read is every 15 s at most).
+            self._as_of = page_data.as_of(self._connection(), self.settings.cluster)
             self.reads += 1
         self._state_mtime = mtime
         clock_now = clock.now()
@@ -237,8 +243,8 @@ class LivePage:
                               f"are scheduled every {_secs(self.build_interval_s)}.")
             elif not build and up > late:
                 behind.append(f"no model build has finished since gangscope started {_secs(up)} ago.")
-        f = Freshness(now, landing, build, self._fleet.as_of if self._fleet is not None else None, behind)
-        return f
+        seen = [t for t in (self._as_of, self._fleet.as_of if self._fleet is not None else None) if t is not None]
+        return Freshness(now, landing, build, max(seen) if seen else None, behind)
 
     def _fresh_html(self) -> str:
         from reports import page_html

@@ -218,6 +218,36 @@ def test_requests_never_read_the_lake_only_builds_do(served) -> None:
     assert served.page.reads == reads + 1
 
 
+def test_data_up_to_is_read_again_when_a_build_publishes(page_settings) -> None:
+    """"data up to" must not be older than the findings listed under it: the models' newest time is read again when
+    a build publishes (the state file changes), not only with the fleet (every 15 s at most, after fleet builds)."""
+    import os
+
+    # This lake's marts are written directly (lakefix): the models' clock is made for the test, then removed.
+    newest = clock.now().replace(microsecond=0) - timedelta(minutes=3)
+    con = lake.connect(page_settings)
+    con.execute("CREATE SCHEMA IF NOT EXISTS intermediate")
+    con.execute("CREATE TABLE intermediate.int_as_of AS SELECT ? AS cluster, ?::TIMESTAMPTZ AS as_of",
+                [page_settings.cluster, newest])
+    own = Served(page_settings)
+    try:
+        assert own.page.freshness().data_as_of == newest
+        own.page._as_of = None  # forgotten: only a publish brings it back
+        reads = own.page.reads
+        state = page_settings.data / lifecycle.STATE_FILE
+        os.utime(state, ns=(time.time_ns(), time.time_ns() + 10**9))
+        deadline = time.monotonic() + 30
+        while own.page._as_of is None:
+            assert time.monotonic() < deadline, "the publish was not noticed"
+            time.sleep(0.1)
+        assert own.page._as_of == newest and own.page.freshness().data_as_of == newest
+        assert own.page.reads == reads + 1  # one small read, no fleet read
+    finally:
+        own.close()
+        con.execute("DROP TABLE intermediate.int_as_of")
+        con.close()
+
+
 def test_deep_links_survive_a_restart(page_settings, served) -> None:
     path = f"/{page_html.job_href('team-b', lakefix.EVIL_JOB)}"
     before = served.get(path)
