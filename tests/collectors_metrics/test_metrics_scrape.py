@@ -61,9 +61,9 @@ def test_scrapes_real_and_synthetic_exporters(tmp_path: Path) -> None:
     assert len(ha.sample_value) == len(hb.sample_value) == 200
     assert hb.series_labels[0]["hostname"] == "gpu-b"
     assert all(t is None for t in ha.sample_ts_ms) and ha.scraped_at_ms > 1.6e12
-    # Negotiated like Prometheus: OpenMetrics preferred, text 0.0.4 as the fallback these exporters answer with.
-    assert all(h["Accept"].startswith("application/openmetrics-text;version=1.0.0,") and
-               "text/plain;version=0.0.4;q=0.5" in h["Accept"] for _, h in seen)
+    # Negotiated like Prometheus 3: OpenMetrics preferred, text 0.0.4 as the fallback these exporters answer with.
+    assert all(h["Accept"].startswith("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,") and
+               "text/plain;version=0.0.4;q=0.2" in h["Accept"] for _, h in seen)
 
 
 def test_slow_target_times_out_without_delaying_others(tmp_path: Path) -> None:
