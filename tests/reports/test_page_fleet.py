@@ -80,3 +80,18 @@ def test_the_fleet_section_lists_lost_gpu_hours_nodes_and_queues_from_the_marts(
     assert [q for q in re.findall(r"<td[^>]*>([^<]+)</td>", by_wait) if q in map(esc, queues)] == [
         esc(q) for q in queues
     ]
+
+
+def test_the_fleet_section_escapes_what_the_cluster_names() -> None:
+    """Node and ClusterQueue names, and what a node's faults say, come from the cluster: text on the page, never
+    markup (the lake of tests/reports/test_page.py has no fleet marts to show it there)."""
+    from reports.fleet import Fleet
+    from reports.report_html import fleet_section
+
+    evil = '<img src=x onerror="alert(1)">&amp;'
+    fl = Fleet(lost=[("gpu_fault", evil, 2.5)], nodes=[(evil, evil, 3.0)], built=True,
+               queues=[{"cluster_queue": evil, "pending": 2, "wait_p95_s": 600.0, "wait_max_s": 900.0,
+                        "blocked_quota": 1, "blocked_topology": 0}])
+    html = "".join(fleet_section(fl, "<p>intro</p>"))
+    assert "<img" not in html and 'onerror="' not in html
+    assert html.count(esc(evil)) >= 4  # the cause's how, the node, its faults, the ClusterQueue
