@@ -49,7 +49,8 @@ SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 LAYERS = ("staging", "intermediate", "marts")
 SOURCE_SCHEMAS = ("raw",)
 STATE_TABLE = "staging._model_builds"
-_HEADER = re.compile(r"^--\s*(materialized|watermark|watermark_from|lookback_s|unique_key)\s*:\s*(\S+)\s*$", re.M)
+_HEADER = re.compile(r"^--\s*(materialized|watermark|watermark_from|lookback_s|unique_key|late_from)\s*:\s*(\S+)\s*$",
+                     re.M)
 WATERMARKS = "staging._model_watermarks"
 
 
@@ -65,6 +66,9 @@ class Model:
     lookback_s: float = 0.0
     refs: set[str] = field(default_factory=set)
     unique_key: str | None = None  # an incremental model that appends rows of new keys only
+    # schema.table.column of a table with kafka_partition / kafka_offset whose rows landed since the last build may
+    # be older than the watermark (a partition that lagged the others): the window reaches back to the oldest.
+    late_from: str | None = None
 
     @property
     def table(self) -> str:
@@ -121,7 +125,8 @@ def discover(sql_dir: Path = SQL_DIR) -> dict[str, Model]:
                                 "'-- unique_key: <column>' line")
             body = sql.strip().rstrip(";")
             m = Model(layer, path.stem, path, body, mat, header.get("watermark"), header.get("watermark_from"),
-                      float(header.get("lookback_s", 0)), _refs(body, path), header.get("unique_key"))
+                      float(header.get("lookback_s", 0)), _refs(body, path), header.get("unique_key"),
+                      header.get("late_from"))
             models[m.table] = m
     return models
 
@@ -266,9 +271,9 @@ def _input_high_water(con: duckdb.DuckDBPyConnection, m: Model, seen: dict[str, 
     return seen[column]
 
 
-def _marks(con: duckdb.DuckDBPyConnection, existing: dict[str, str]) -> dict[str, tuple[object, str]]:
-    """model -> (high-water mark, SQL hash) kept by earlier builds, read once per build (it was six catalog
-    statements per incremental model); the marks table is a cache, dropped when its shape is old (every
+def _marks(con: duckdb.DuckDBPyConnection, existing: dict[str, str]) -> dict[str, tuple[Any, ...]]:
+    """model -> (high-water mark, SQL hash, landed offsets) kept by earlier builds, read once per build (it was six
+    catalog statements per incremental model); the marks table is a cache, dropped when its shape is old (every
     incremental model is then rebuilt)."""
     if WATERMARKS not in existing:
         return {}
@@ -279,23 +284,49 @@ def _marks(con: duckdb.DuckDBPyConnection, existing: dict[str, str]) -> dict[str
         con.execute(f"DROP TABLE {WATERMARKS}")
         del existing[WATERMARKS]
         return {}
-    model, mark, digest = (cols.index(c) for c in ("model", "high_water", "sql_hash"))
-    return {r[model]: (r[mark], r[digest]) for r in rows}
+    if "landed" not in cols:  # before late_from: rebuilt once, then kept
+        con.execute(f"DROP TABLE {WATERMARKS}")
+        del existing[WATERMARKS]
+        return {}
+    model, mark, digest, landed = (cols.index(c) for c in ("model", "high_water", "sql_hash", "landed"))
+    return {r[model]: (r[mark], r[digest], r[landed]) for r in rows}
 
 
-def _save_marks(con: duckdb.DuckDBPyConnection, marks: dict[str, tuple[object, str]]) -> None:
+def _save_marks(con: duckdb.DuckDBPyConnection, marks: dict[str, tuple[Any, ...]]) -> None:
     """Replace the marks of the models just built: one DELETE and one INSERT per build."""
     if not marks:
         return
-    con.execute(f"CREATE TABLE IF NOT EXISTS {WATERMARKS} (model VARCHAR, high_water TIMESTAMPTZ, sql_hash VARCHAR)")
+    con.execute(f"CREATE TABLE IF NOT EXISTS {WATERMARKS} (model VARCHAR, high_water TIMESTAMPTZ, sql_hash VARCHAR, "
+                "landed VARCHAR)")
     names = list(marks)
     con.execute(f"DELETE FROM {WATERMARKS} WHERE model IN ({', '.join('?' * len(names))})", names)
-    con.execute(f"INSERT INTO {WATERMARKS} VALUES {', '.join(['(?, ?::TIMESTAMPTZ, ?)'] * len(names))}",
-                [v for n in names for v in (n, *marks[n])])
+    con.execute(f"INSERT INTO {WATERMARKS} VALUES {', '.join(['(?, ?::TIMESTAMPTZ, ?, ?)'] * len(names))}",
+                [v for n in names for v in (n, *(tuple(marks[n]) + (None,))[:3])])
+
+
+def _landed(con: duckdb.DuckDBPyConnection, m: Model, before: str | None) -> tuple[Any, str | None]:
+    """(the oldest ``late_from`` time among the rows landed since ``before``, the landed offsets to keep): rows are
+    told new by their Kafka offset per partition, not by time, so a partition that landed minutes after the others
+    (a restart's backlog) is modelled, not left behind the watermark. ``before`` None: every row counts."""
+    if not m.late_from:
+        return None, None
+    table, col = m.late_from.rsplit(".", 1)
+    prev = {int(k): int(v) for k, v in json.loads(before or "{}").items()}
+    known = " ".join(f"WHEN {p} THEN {o}" for p, o in prev.items())
+    seen = f"CASE kafka_partition {known} ELSE -1 END" if known else "-1"
+    rows = con.execute(f"""
+        SELECT kafka_partition, max(kafka_offset), min({col}) FILTER (WHERE kafka_offset > {seen})
+        FROM {table}
+        WHERE kafka_offset > {min(prev.values(), default=-1)}
+           OR kafka_partition NOT IN ({", ".join(map(str, prev)) or "NULL"})
+        GROUP BY ALL""").fetchall()
+    late = min((r[2] for r in rows if r[2] is not None), default=None)
+    now = {**prev, **{int(r[0]): int(r[1]) for r in rows if r[0] is not None and r[1] is not None}}
+    return late, json.dumps({str(k): v for k, v in sorted(now.items())})
 
 
 def _build_keyed(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: dict[str, str],
-                 marks: dict[str, tuple[object, str]], new_marks: dict[str, tuple[object, str]],
+                 marks: dict[str, tuple[Any, ...]], new_marks: dict[str, tuple[Any, ...]],
                  variables: str) -> bool:
     """An incremental model with a ``unique_key``: append the rows of keys it has not got. Its hash covers the
     variables too (rows are never recomputed, so a changed signal map or threshold must start it over)."""
@@ -316,29 +347,39 @@ def _build_keyed(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing:
 
 
 def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: dict[str, str],
-               seen: dict[str, object], marks: dict[str, tuple[object, str]],
-               new_marks: dict[str, tuple[object, str]], variables: str = "") -> bool:
+               seen: dict[str, object], marks: dict[str, tuple[Any, ...]],
+               new_marks: dict[str, tuple[Any, ...]], variables: str = "",
+               rebuilt: dict[str, Any] | None = None) -> bool:
     """Build one model; returns True when it was an incremental append. An incremental model's new mark
-    goes to ``new_marks`` (saved with the build)."""
+    goes to ``new_marks`` (saved with the build); ``rebuilt`` gets, per incremental model built, the time from
+    which its rows were rewritten (its readers rewrite theirs from there too)."""
     if m.materialized == "view":
         _replace(con, m, "VIEW", existing)
         return False
     if m.materialized == "incremental" and m.unique_key:
         return _build_keyed(con, m, full, existing, marks, new_marks, variables)
     if m.materialized == "incremental":
+        rebuilt = {} if rebuilt is None else rebuilt
         # The SQL's hash is kept with the mark: an edited model is rebuilt from scratch, not appended to.
         digest = hashlib.sha256(m.sql.encode()).hexdigest()[:16]
         old = marks.get(m.table)
-        if not full and old and old[0] is not None and old[1] == digest and existing.get(m.table) == "TABLE":
-            con.execute("SET VARIABLE watermark = ?::TIMESTAMPTZ - to_seconds(?)", [old[0], m.lookback_s])
+        inc = bool(not full and old and old[0] is not None and old[1] == digest and existing.get(m.table) == "TABLE")
+        late, landed = _landed(con, m, old[2] if inc and old else None)
+        if inc and old:
+            # From the last high-water mark less the lookback, or earlier: rows landed late since the last build
+            # (less the lookback too: their samples may be older than their scrape), rows an upstream model rewrote.
+            upstream = min((rebuilt[r] for r in m.refs if r in rebuilt), default=None)
+            con.execute("SET VARIABLE watermark = least(?::TIMESTAMPTZ - to_seconds(?), "
+                        "coalesce(?::TIMESTAMPTZ - to_seconds(?), 'infinity'::TIMESTAMPTZ), "
+                        "coalesce(?::TIMESTAMPTZ, 'infinity'::TIMESTAMPTZ))",
+                        [old[0], m.lookback_s, late, m.lookback_s, upstream])
             con.execute(f"DELETE FROM {m.table} WHERE {m.watermark} > getvariable('watermark')")
             con.execute(f"INSERT INTO {m.table} SELECT * FROM ({m.sql})")
-            inc = True
         else:
             con.execute("SET VARIABLE watermark = '-infinity'::TIMESTAMPTZ")
             _replace(con, m, "TABLE", existing)
-            inc = False
-        new_marks[m.table] = (_input_high_water(con, m, seen), digest)
+        rebuilt[m.table] = con.execute("SELECT getvariable('watermark')").fetchone()[0]
+        new_marks[m.table] = (_input_high_water(con, m, seen), digest, landed)
         return inc
     _replace(con, m, "TABLE", existing)
     return False
@@ -394,6 +435,7 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
         if head and not rest:
             parts = parts[:1] + [[]]  # an empty last part: nothing built, nothing recorded
         stats = BuildStats()
+        rebuilt: dict[str, Any] = {}
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
             if not part:
@@ -402,7 +444,7 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
             with lake.COMMIT_LOCK:  # landings in this process wait: see lake.COMMIT_LOCK
                 s = lake.retry(lambda part=part, last=last: _build_all(
                     con, part, full, defs, last, stats.source_state or known.get("state"),
-                    known.pop("existing", None), var_text), attempts=5)  # the listing read once: a retry lists again
+                    known.pop("existing", None), var_text, rebuilt), attempts=5)  # a retry lists again
             stats.source_state = stats.source_state or s.source_state
             stats.models += s.models
             stats.seconds += s.seconds
@@ -420,7 +462,7 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
 
 def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, defs: str,
                record: bool = True, state: str | None = None, existing: dict[str, str] | None = None,
-               variables: str = "") -> BuildStats:
+               variables: str = "", rebuilt: dict[str, Any] | None = None) -> BuildStats:
     stats = BuildStats()
     t0 = time.perf_counter()
     con.execute("BEGIN TRANSACTION")
@@ -430,11 +472,12 @@ def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, de
         existing = dict(existing) if existing is not None else _existing(con)
         seen: dict[str, object] = {}
         marks = _marks(con, existing)
-        new_marks: dict[str, tuple[object, str]] = {}
+        new_marks: dict[str, tuple[Any, ...]] = {}
+        rebuilt = {} if rebuilt is None else rebuilt  # shared by a build's parts
         for m in plan:
             t = time.perf_counter()
             try:
-                inc = _build_one(con, m, full, existing, seen, marks, new_marks, variables)
+                inc = _build_one(con, m, full, existing, seen, marks, new_marks, variables, rebuilt)
             except duckdb.Error as e:
                 if lake.is_conflict(e) or lake.is_unavailable(e):  # not the model's fault: said as it is
                     raise
