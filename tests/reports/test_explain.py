@@ -107,3 +107,40 @@ def test_json_and_the_closest_names_of_an_unknown_job(sim_lakes) -> None:
     missing = run(f"{ns}/{job[:-2]}")
     assert missing.returncode == 2 and f"no job {ns}/{job[:-2]}" in missing.stderr
     assert f"{ns}/{job}" in missing.stderr.split("closest:")[1]
+
+
+def test_a_running_service_that_keeps_the_build_from_committing_leaves_the_models_as_built(
+        sim_lakes, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`explain` (and `diagnose`) beside a running `gangscope run` on a loaded machine: their own model build lost
+    every commit to the service's builds and landings and the command failed ("Failed to commit DuckLake
+    transaction"). They now read the models as the service last built them, and say so; a model that fails for
+    its own reasons still fails the command."""
+    import argparse
+
+    import duckdb
+
+    from pipeline import models
+    from reports import cli
+
+    settings, truth = sim_lakes("mixed")
+    ns, job = _truth_job(truth, SLOW)
+
+    def busy(*args: object, **kwargs: object) -> None:
+        raise duckdb.TransactionException("TransactionContext Error: Failed to commit DuckLake transaction")
+
+    monkeypatch.setattr(models, "build", busy)
+    args = argparse.Namespace(job=f"{ns}/{job}", no_build=False, format="json")
+    assert cli._explain(settings, args) == 0
+    out, err = capsys.readouterr()
+    assert "note: models not rebuilt: another process is writing the lake" in err and "as last built at" in err
+    assert (json.loads(out)["namespace"], json.loads(out)["job"]) == (ns, job)
+    assert cli._diagnose(settings, argparse.Namespace(since=None, until=None, all=False, no_build=False,
+                                                      format="json")) == 0
+    assert any(f["job"] == job for f in json.loads(capsys.readouterr().out))
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise duckdb.BinderException("Binder Error: column x not found")
+
+    monkeypatch.setattr(models, "build", broken)
+    with pytest.raises(duckdb.BinderException):
+        cli._explain(settings, args)
