@@ -173,3 +173,13 @@ def test_check_fails_when_the_dcgm_exporter_serves_no_clock_fields(l4_cluster) -
         ("signals", "dcgm-exporter serves no DCGM_FI_DEV_SM_CLOCK: throttled GPUs cannot be seen (gpu_throttle)")]
     assert "default-counters.csv" in (failed[0].fix or "")
     assert clockless.to_text().endswith("1 fail")
+
+
+def test_kueue_version_is_the_image_tag() -> None:
+    """The version `check` reports is the controller image's tag: not a digest pinned after it, not a registry
+    port (the last ':' of 'kueue:v0.19.2@sha256:...' or 'host:5000/kueue' is not the tag's)."""
+    from gangscope.app.check import image_tag
+
+    assert image_tag("registry.k8s.io/kueue/kueue:v0.19.2@sha256:4f1c") == "v0.19.2"
+    assert image_tag("host:5000/kueue:v0.19.2") == "v0.19.2" and image_tag("kueue:v0.17.0") == "v0.17.0"
+    assert image_tag("host:5000/kueue") is None and image_tag("kueue@sha256:4f1c") is None
