@@ -508,8 +508,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._get(res, group, version, rest[0], namespace, rest[1])
         selectors = (one("labelSelector"), one("fieldSelector"))
         if watch:
+            as_table = (group, version, rest[0]) if tables.wants_table(self.headers.get("Accept")) else None
             return self._watch(res, namespace, one("resourceVersion"), one("allowWatchBookmarks") == "true",
-                               float(one("timeoutSeconds") or 60), selectors)
+                               float(one("timeoutSeconds") or 60), selectors, as_table)
         return self._list(res, group, version, rest[0], namespace, int(one("limit") or 0), one("continue"), selectors)
 
     def _get(self, res: _Resource, group: str, version: str, plural: str, namespace: str, name: str) -> None:
@@ -576,8 +577,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _watch(self, res: _Resource, namespace: str, rv_s: str | None, bookmarks: bool, timeout_s: float,
-               selectors: tuple[str | None, str | None]) -> None:
+               selectors: tuple[str | None, str | None],
+               as_table: tuple[str, str, str] | None = None) -> None:
+        """``as_table`` (group, version, plural): each event's object as a one-row Table, its column definitions
+        in the first event only, as kube-apiserver sends ``kubectl get -w`` (rows under one header, ages on the
+        sandbox's clock)."""
         api = self.server_api
+        headers = True
         with api.cond:
             since = int(rv_s) if rv_s not in (None, "", "0") else api.rv
             gone = since < api.min_rv
@@ -622,7 +628,14 @@ class _Handler(BaseHTTPRequestHandler):
                     # Half a line, then the socket closes without the terminating chunk.
                     self._chunk(json.dumps({"type": etype, "object": obj}).encode()[:25])
                     return self._abort()
-                self._chunk(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+                if as_table is not None:
+                    row = tables.table(*as_table, [obj], self._now(), str(rv))
+                    if not headers:
+                        row["columnDefinitions"] = []
+                    headers = False
+                    self._chunk(json.dumps({"type": etype, "object": row}).encode() + b"\n")
+                else:
+                    self._chunk(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
                 sent += 1
             if not pending:
                 since = max(since, current_rv)

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -147,3 +148,24 @@ def test_the_exporters_are_pods_reached_through_the_pod_proxy(sandbox: Sandbox, 
                             f"/api/v1/namespaces/gpu-operator/pods/{name}:9999/proxy/metrics"],
                            capture_output=True, text=True, timeout=60)
     assert wrong.returncode != 0  # nothing listens on that port
+
+
+def test_kubectl_get_watch_prints_rows_under_one_header(sandbox: Sandbox) -> None:
+    """`kubectl get pods -A -w`: the watch's events come as one-row Tables, the columns in the first only, as
+    kube-apiserver sends them (plain objects made kubectl print a second 'NAME AGE' header and '<invalid>' ages)."""
+    proc = subprocess.Popen([_kubectl(), "--kubeconfig", str(sandbox.kubeconfig), "get", "pods", "-A", "-w"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)
+        sandbox.advance(10 * 60)  # ten simulated minutes: pods start, finish, get deleted
+        time.sleep(5)
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=30)
+    lines = [line for line in out.splitlines() if line.strip()]
+    headers = [line for line in lines if line.split()[:2] == ["NAMESPACE", "NAME"]]
+    assert len(headers) == 1 and lines[0] == headers[0], out[-2000:]
+    assert lines[0].split() == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    listed = len(kubectl(sandbox, "get", "pods", "-A")) - 1
+    assert len(lines) - 1 > listed, "no watch event was printed"  # the list, then the watch's rows
+    assert "<invalid>" not in out and all(len(line.split()) >= 6 for line in lines[1:]), out[-2000:]
