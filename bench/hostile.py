@@ -154,7 +154,9 @@ METRICS: list[tuple[str, str | bytes]] = [
 ]
 NOW_MS = int(NOW.timestamp() * 1000)
 SCRAPE: list[tuple[str, str | bytes, str | None, int]] = [  # (name, body, content-encoding, status)
-    ("truncated gzip body", gzip.compress(b"m 1\n" * 1000)[:50], "gzip", 200),
+    # Cut inside the deflate stream (b"m 1\n" * 1000 compresses to 46 bytes: cut at 50 it was whole, and accepted).
+    ("truncated gzip body", (lambda z: z[:len(z) // 2])(gzip.compress(
+        "".join(f'm{{i="{i}"}} {i * 7919 % 10007}\n' for i in range(1000)).encode())), "gzip", 200),
     ("invalid UTF-8 body", b"good_metric 1\nbad_metric{x=\"\xff\xfe\"} 2\n", None, 200),
     ("NUL bytes in body", b"good_metric 1\nbad\x00metric 2\n", None, 200),
     ("10k labels on one sample", f"good_metric 1\nwide{{{big_labels()[1:]}}} 2\n", None, 200),
