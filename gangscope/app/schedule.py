@@ -323,7 +323,9 @@ def make_scheduler(jobs: dict[str, tuple[str, Callable[[], Any]]]) -> Background
             job = _catch_up(scheduler, job, trigger.interval.total_seconds())
         scheduler.add_job(job, trigger, id=name, name=name, coalesce=True, max_instances=1,
                           misfire_grace_time=None)
-    # "maximum number of running instances reached" is the no-overlap rule working, not news.
-    logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
-    logging.getLogger("apscheduler.executors.default").setLevel(logging.WARNING)
+    # "maximum number of running instances reached" is the no-overlap rule working, not news; at --log-level debug
+    # every line is kept (the jobs added, the scheduler started).
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
+        logging.getLogger("apscheduler.executors.default").setLevel(logging.WARNING)
     return scheduler
