@@ -87,8 +87,6 @@ def _explain(settings, args) -> int:
     from reports import explain
     from reports.localtime import using
 
-    if "/" not in args.job:
-        raise UserError(f"expected NAMESPACE/JOB, got {args.job!r}")
     lake.require(settings)
     con = lake.connect(settings)
     try:

@@ -67,7 +67,8 @@ class Explanation:
 
 class UnknownJob(LookupError):
     def __init__(self, wanted: str, closest: list[str]) -> None:
-        super().__init__(f"no job {wanted} in the lake" + (f"; closest: {', '.join(closest)}" if closest else ""))
+        what = f"expected NAMESPACE/JOB, got {wanted!r}" if "/" not in wanted else f"no job {wanted} in the lake"
+        super().__init__(what + (f"; closest: {', '.join(closest)}" if closest else ""))
         self.closest = closest
 
 
@@ -103,6 +104,11 @@ def find_job(con: duckdb.DuckDBPyConnection, wanted: str, cluster: str | None = 
     if hits:
         return hits[0]
     names = sorted({f"{n}/{j}" for _, n, j in known})
+    if "/" not in wanted:  # a job's name alone: the jobs of that name (or near it) in every namespace
+        by_job = {j: f"{n}/{j}" for _, n, j in known}
+        same = [x for x in names if x.endswith(f"/{wanted}")]
+        raise UnknownJob(wanted, (same or [by_job[j] for j in difflib.get_close_matches(
+            wanted, sorted(by_job), n=5, cutoff=0.4)])[:5])
     closest = difflib.get_close_matches(wanted, names, n=5, cutoff=0.4)
     if not closest and job:  # a name right in another namespace, or a namespace given alone
         closest = [n for n in names if n.endswith(f"/{job}") or n.startswith(f"{wanted}/")][:5]

@@ -107,6 +107,9 @@ def test_json_and_the_closest_names_of_an_unknown_job(sim_lakes) -> None:
     missing = run(f"{ns}/{job[:-2]}")
     assert missing.returncode == 2 and f"no job {ns}/{job[:-2]}" in missing.stderr
     assert f"{ns}/{job}" in missing.stderr.split("closest:")[1]
+    bare = run(job)  # the job's name alone: its NAMESPACE/JOB offered
+    assert bare.returncode == 2 and f"expected NAMESPACE/JOB, got '{job}'" in bare.stderr
+    assert f"{ns}/{job}" in bare.stderr.split("closest:")[1]
 
 
 def test_a_running_service_that_keeps_the_build_from_committing_leaves_the_models_as_built(
