@@ -50,16 +50,16 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
     # ... and its "Error receiving network data" traceback (AttributeError on the socket it had just set to None),
     # or "Unhandled exception in task" (a read waiting on a socket already closed: fd -1), when a connection is
     # closed while its I/O thread reads: races inside kafka-python 3.0, met at start and at shutdown.
-    # ... and its "Rebalance listener ... took 1.9s" WARNING, meant for listeners that block its heartbeats. Ours only
-    # pause the partitions (pipeline/consume.py: the claim is made after the poll), so a slow one means a machine
-    # stalled for seconds: said only from SLOW_REBALANCE_S on.
+    # ... and its "Rebalance listener ... took 1.9s" WARNING: our listener reads the lake's offsets (a claim) while the
+    # partitions are assigned, which takes a second or two on a busy machine; a first `gangscope run` printed it.
+    # Heartbeats are late by that much against a 45 s session timeout: said only from SLOW_REBALANCE_S on.
     for name in ("kafka.cluster", "kafka.net.transport", "kafka.net.selector", "kafka.coordinator.consumer"):
         noisy = logging.getLogger(name)
         if not any(isinstance(f, _ClosingNoise) for f in noisy.filters):
             noisy.addFilter(_ClosingNoise())
 
 
-SLOW_REBALANCE_S = 10.0  # a rebalance listener this slow is worth a warning (ours do no I/O: a stalled machine)
+SLOW_REBALANCE_S = 10.0  # a rebalance listener this slow is worth a warning (a quarter of the session timeout)
 
 
 class _ClosingNoise(logging.Filter):
