@@ -69,11 +69,6 @@ def topic_ids(settings: Settings, bootstrap: str, topics: list[str]) -> dict[str
 
 
 class _Rebalance(ConsumerRebalanceListener):
-    """Bookkeeping only: kafka-python 3 calls listeners on its IO thread, whose heartbeats wait for them. Waiting
-    for the batches in hand and claiming in the lake took 12-13 s on S3 with a PostgreSQL catalog under load,
-    past the 6 s session: the member lost its partitions again and again for two minutes. An assignment is
-    paused here and claimed by the consuming thread after the poll (``_Loop.settle``), heartbeats going on."""
-
     def __init__(self, loop: _Loop) -> None:
         self.loop = loop
 
@@ -84,7 +79,7 @@ class _Rebalance(ConsumerRebalanceListener):
         self.loop.revoke(lost)
 
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.loop.assigned(assigned)
+        self.loop.assign(assigned)
 
 
 def _beat() -> None:
@@ -250,9 +245,6 @@ class _Loop:
         self.to_commit: dict[tuple[str, int], int] = {}
         self.assigned_at: float | None = None
         self.first_assigned_at: float | None = None
-        # Assigned by the group, paused, not claimed yet (``settle``); the listener and this thread share it.
-        self.unsettled: set[TopicPartition] = set()
-        self.unsettled_lock = threading.Lock()
         self.stats = ConsumeStats()
 
     def _open(self) -> tuple[duckdb.DuckDBPyConnection, duckdb.DuckDBPyConnection]:
@@ -294,8 +286,7 @@ class _Loop:
             claim_id, stored = lake.outlast(lambda: claim(self.reader, parts, self.ids, owner),
                                             "claiming the assigned partitions", beat=_beat, reopen=self.reopen)
             self.claims.update(dict.fromkeys(parts, claim_id))
-        owned = set(self.consumer.assignment())  # a partition the group took back meanwhile cannot be sought
-        for tp in sorted(assigned & owned):
+        for tp in sorted(assigned):
             nxt = stored.get((tp.topic, tp.partition))
             if not nxt:  # none stored (a claim stores 0): Kafka may have deleted offset 0 by now
                 self.consumer.seek_to_beginning(tp)
@@ -308,31 +299,10 @@ class _Loop:
         if self.first_assigned_at is None:
             self.first_assigned_at = self.assigned_at
 
-    def assigned(self, parts: set[TopicPartition]) -> None:
-        """The group's assignment (listener): nothing is fetched from these partitions until ``settle``."""
-        with self.unsettled_lock:
-            self.consumer.pause(*parts)
-            self.unsettled |= set(parts)
-
-    def settle(self) -> None:
-        """Claim and seek what the group assigned since the last poll, then fetch it (consuming thread)."""
-        with self.unsettled_lock:
-            parts, self.unsettled = self.unsettled, set()
-        if not parts:
-            return
-        self.assign(parts)
-        with self.unsettled_lock:
-            # Revoked meanwhile (the listener ran during the claim): not ours to fetch any more.
-            owned = set(self.consumer.assignment()) - self.unsettled
-            self.consumer.resume(*(parts & owned))
-
     def revoke(self, revoked: set[TopicPartition]) -> None:
-        # Called by the listener: only bookkeeping (see _Rebalance). Batches already handed to the lander
-        # land without these partitions: ``claims`` no longer names them, so their records are left out and
-        # the new owner (this member again, maybe) reads them from the lake's offsets. Buffered ones are dropped.
-        self.collect()
-        with self.unsettled_lock:
-            self.unsettled -= set(revoked)
+        # Batches already handed to the lander were read while we owned these partitions: let them
+        # land before giving the partitions up; what is only buffered is dropped.
+        self.collect(wait=True)
         lost = {(tp.topic, tp.partition) for tp in revoked}
         if self.claims is not None:
             for tp in lost:
@@ -434,7 +404,7 @@ class _Loop:
         and the lake's offsets are the truth, so nothing is skipped or landed twice.
         """
         owned = sorted(self.consumer.assignment())
-        if not owned or self.buffer or self.lander.pending or self.unsettled:
+        if not owned or self.buffer or self.lander.pending:
             return []
         try:
             ends = self.consumer.end_offsets(owned)
@@ -566,7 +536,6 @@ def run(settings: Settings, bootstrap: str, *, once: bool = False,
     try:
         while not stop.is_set():
             got = loop.poll(loop.poll_ms())
-            loop.settle()
             now = time.monotonic()
             if got:
                 last_new = now

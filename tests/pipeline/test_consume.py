@@ -237,19 +237,13 @@ def test_a_partition_a_seek_does_not_unstick_gets_a_new_consumer_and_lands_once(
             if loop.consumer is first and stuck in assigned:
                 first.pause(stuck)
 
-        def step() -> None:  # as consume.run does
-            loop.poll(200)
-            loop.settle()  # a group member's assignment is claimed and resumed here: paused again
-            if loop.consumer is first and stuck in first.assignment():
-                first.pause(stuck)
-            loop.flush(wait=True)
-
         loop.assign = assign_stuck  # type: ignore[method-assign]
         loop.join = consume._joiner(loop, acked if joined == "drain" else None)
         loop.join()
         deadline = time.monotonic() + 8
         while time.monotonic() < deadline:
-            step()
+            loop.poll(200)
+            loop.flush(wait=True)
         assert stuck in first.assignment()
         first.seek = lambda tp, offset: None  # ... and a seek that changes nothing
         assert landed_counts(settings)[0] < 80, "the stuck partition was fetched anyway"
@@ -257,7 +251,8 @@ def test_a_partition_a_seek_does_not_unstick_gets_a_new_consumer_and_lands_once(
         assert loop.unstick() == [stuck] and loop.consumer is not first  # the seek did not help: a new consumer
         deadline = time.monotonic() + 60
         while landed_counts(settings)[0] < 80 and time.monotonic() < deadline:
-            step()
+            loop.poll(200)
+            loop.flush(wait=True)
         assert loop.unstick() == []
     finally:
         loop.close()
@@ -463,39 +458,3 @@ def test_duckdb_invalidated_under_a_writer_opens_the_lake_again_and_lands_each_r
     assert len(dead) == 3
     assert landed_counts(settings) == (120, 120, 120, 120)  # every record, none twice
     assert sum("must be opened again" in r.getMessage() for r in caplog.records) == 3
-
-
-def test_a_claim_slower_than_the_session_keeps_the_partitions(settings: config.Settings,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Claiming the assigned partitions took 12-13 s on S3 with a PostgreSQL catalog under load, past the consumer's
-    6 s session. Done in the rebalance listener it held back kafka-python's heartbeats: the group gave up on the
-    member, which claimed again at its next join, for minutes. Done by the consuming thread after the poll, the
-    heartbeats go on: one claim, every record landed, none twice. (Apache Kafka gave up on the member: 3 claims in
-    30 s before the change; the embedded broker kept it.)"""
-    bootstrap = settings.kafka.bootstrap_servers
-    assert bootstrap
-    publish(settings, range(40))
-    real_claim, claims = consume.claim, []
-
-    def slow_claim(*args, **kwargs):  # type: ignore[no-untyped-def]
-        claims.append(time.monotonic())
-        time.sleep(9)  # past session_timeout_ms
-        return real_claim(*args, **kwargs)
-
-    monkeypatch.setattr(consume, "claim", slow_claim)
-    stop = threading.Event()
-    runner = threading.Thread(target=consume.run, args=(settings, bootstrap), kwargs={"stop": stop}, daemon=True)
-    runner.start()
-    try:
-        # The lake is not read while the run writes (a SQLite catalog is one writer's while it commits): the claim,
-        # its landing, then as long again, in which a session lost during the claim would show as another claim.
-        deadline = time.monotonic() + 60
-        while not claims and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(9 + 15)
-    finally:
-        stop.set()
-        runner.join(60)
-    assert not runner.is_alive()
-    assert landed_counts(settings)[:2] == (40, 40)
-    assert len(claims) == 1, f"claimed {len(claims)} times: the member lost its partitions"
