@@ -52,7 +52,8 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
     # closed while its I/O thread reads: races inside kafka-python 3.0, met at start and at shutdown.
     # ... and its "Rebalance listener ... took 1.9s" WARNING: our listener reads the lake's offsets (a claim) while the
     # partitions are assigned, which takes a second or two on a busy machine; a first `gangscope run` printed it.
-    # Heartbeats are late by that much against a 45 s session timeout: said only from SLOW_REBALANCE_S on.
+    # Heartbeats are late by that much (the session is 6 s, gangscope/transport/kafka.py): said from
+    # SLOW_REBALANCE_S on.
     for name in ("kafka.cluster", "kafka.net.transport", "kafka.net.selector", "kafka.coordinator.consumer"):
         noisy = logging.getLogger(name)
         if not any(isinstance(f, _ClosingNoise) for f in noisy.filters):
