@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = ROOT / "sql"
 DOC = ROOT / "docs" / "tables.md"
 LAYERS = ("staging", "intermediate", "marts")
-DIRECTIVES = ("materialized:", "watermark:", "watermark_from:", "lookback_s:", "depends_on:", "unique_key:")
+DIRECTIVES = ("materialized:", "watermark:", "watermark_from:", "lookback_s:", "depends_on:", "unique_key:",
+              "late_from:")
 _TYPES = {"TEXT": "VARCHAR", "INT": "INTEGER"}  # sqlglot's spelling -> DuckDB's
 _COLUMN = re.compile(r"^column:\s*(?P<names>[^:]+?)\s*:\s*(?P<meaning>.*)$")
 
