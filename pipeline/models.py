@@ -12,7 +12,9 @@ column it reads up to) and ``-- lookback_s: <seconds>`` (at least that of any in
 ``order``). An incremental model filters its input
 with ``ts > getvariable('watermark')``; the runner sets that variable to the input's high-water
 mark of the last build minus the lookback, deletes the model's rows after it and inserts the
-fresh ones, so one more minute of data never rebuilds the whole day. An incremental model with
+fresh ones, so one more minute of data never rebuilds the whole day. ``-- late_from: <schema.table.column>`` (a
+table with ``kafka_partition`` / ``kafka_offset``) starts that window earlier when rows landed since the last build
+are older (``_landed``), and a model over incremental ones starts where they were rebuilt. An incremental model with
 ``-- unique_key: <column>`` instead of a watermark only ever appends rows of new keys: it reads itself
 (``WHERE key NOT IN (SELECT key FROM <itself>)``), and a from-scratch build starts it empty. A whole build
 is one transaction. See docs/models.md.
