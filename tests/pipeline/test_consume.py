@@ -249,7 +249,9 @@ def test_a_partition_a_seek_does_not_unstick_gets_a_new_consumer_and_lands_once(
         assert landed_counts(settings)[0] < 80, "the stuck partition was fetched anyway"
         assert loop.unstick() == [stuck] and loop.consumer is first  # first: a seek
         assert loop.unstick() == [stuck] and loop.consumer is not first  # the seek did not help: a new consumer
-        deadline = time.monotonic() + 60
+        # The new member joins a group the old one left (the embedded broker keeps it until its session ends): a
+        # minute was not always enough on a loaded machine (CI: k8s[0] still behind at the end).
+        deadline = time.monotonic() + 150
         while landed_counts(settings)[0] < 80 and time.monotonic() < deadline:
             loop.poll(200)
             loop.flush(wait=True)
