@@ -284,13 +284,13 @@ def _rbac(report: Report, client: Any, settings: Settings, resolved: dict[str, A
         report.add("pass", "rbac", f"list and watch allowed on all {kinds} kinds watched ({checked} access reviews)")
 
 
-
 def image_tag(image: str) -> str | None:
     """The tag of a container image reference: ``v0.19.2`` of ``registry.k8s.io/kueue/kueue:v0.19.2@sha256:...``,
     None when it has none (``host:5000/kueue`` has a registry port, not a tag; a digest alone says no version)."""
     name = image.split("@", 1)[0]
     last = name.rsplit("/", 1)[-1]
     return last.split(":", 1)[1] if ":" in last else None
+
 
 def _kueue(report: Report, client: Any, resolved: dict[str, Any]) -> bool:
     """Kueue's version (its controller's image) and whether the granular admission reasons are on; True when no
