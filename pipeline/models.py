@@ -205,11 +205,22 @@ def source_state(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def _existing(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """``schema.name`` -> TABLE or VIEW for every object in the lake (one catalog query, not one per model)."""
-    rows = con.execute(
-        "SELECT schema_name || '.' || table_name, 'TABLE' FROM duckdb_tables() WHERE database_name = ? "
-        "UNION ALL SELECT schema_name || '.' || view_name, 'VIEW' FROM duckdb_views() WHERE database_name = ?",
-        [lake.ALIAS, lake.ALIAS]).fetchall()
+    """``schema.name`` -> TABLE or VIEW for every object in the lake, from DuckLake's own catalog tables (one query,
+    not one per model). ``duckdb_tables()`` sizes every table from its files first: 0.1-0.4 s of each scheduled
+    build at 128 nodes, for names only. It stays the fallback should a DuckLake release rename its catalog."""
+    meta = f"__ducklake_metadata_{lake.ALIAS}"
+    live = "end_snapshot IS NULL"
+    try:
+        rows = con.execute(
+            f"SELECT s.schema_name || '.' || o.name, o.kind FROM (SELECT schema_id, table_name AS name, "
+            f"'TABLE' AS kind FROM {meta}.ducklake_table WHERE {live} UNION ALL SELECT schema_id, view_name, 'VIEW' "
+            f"FROM {meta}.ducklake_view WHERE {live}) o JOIN {meta}.ducklake_schema s USING (schema_id) "
+            f"WHERE s.{live}").fetchall()
+    except duckdb.CatalogException:
+        rows = con.execute(
+            "SELECT schema_name || '.' || table_name, 'TABLE' FROM duckdb_tables() WHERE database_name = ? "
+            "UNION ALL SELECT schema_name || '.' || view_name, 'VIEW' FROM duckdb_views() WHERE database_name = ?",
+            [lake.ALIAS, lake.ALIAS]).fetchall()
     return dict(rows)
 
 

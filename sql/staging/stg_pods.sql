@@ -62,30 +62,40 @@
 -- column: kueue_pod_group: Kueue plain-pod group: label kueue.x-k8s.io/pod-group-name
 -- column: kueue_pod_group_total: its annotation kueue.x-k8s.io/pod-group-total-count (the group's size)
 WITH ev AS (
-    SELECT *, coalesce(uid, namespace || '/' || name) AS key,
-           coalesce(json_extract(object, '$.status.conditions[*]'), []::JSON[]) AS conds,
-           coalesce(json_extract(object, '$.status.containerStatuses[*]'), []::JSON[]) AS containers
-    FROM staging.stg_k8s_events
-    WHERE kind = 'Pod' AND event_type IN ('ADDED', 'MODIFIED', 'DELETED')
+    -- What each event says that the times below read, parsed once into a struct (e): an extraction per field
+    -- parses the whole object again, and DuckDB keeps every parse of a vector of rows until it is done with it.
+    SELECT *, coalesce(e.status.conditions, []) AS conds, coalesce(e.status.containerStatuses, []) AS containers
+    FROM (SELECT *, coalesce(uid, namespace || '/' || name) AS key,
+                 from_json(object, '{"metadata": {"deletionTimestamp": "VARCHAR",
+                                               "deletionGracePeriodSeconds": "VARCHAR"},
+                     "spec": {"nodeName": "VARCHAR"},
+                     "status": {"phase": "VARCHAR", "startTime": "VARCHAR",
+                                "conditions": [{"type": "VARCHAR", "status": "VARCHAR", "reason": "VARCHAR",
+                                                "message": "VARCHAR", "lastTransitionTime": "VARCHAR"}],
+                                "containerStatuses": [{"state": {"running": {"startedAt": "VARCHAR"},
+                                                                 "terminated": {"startedAt": "VARCHAR"}},
+                                                       "lastState": {"terminated": {"startedAt": "VARCHAR"}}}]}}') AS e
+          FROM staging.stg_k8s_events
+          WHERE kind = 'Pod' AND event_type IN ('ADDED', 'MODIFIED', 'DELETED'))
 ),
 times AS (
     -- Per event: the times the object itself carries, and what state it shows.
     SELECT cluster, key, observed_at,
-           (object->>'$.spec.nodeName') IS NOT NULL AS bound,
-           (object->>'$.status.phase') = 'Running' AS running,
-           coalesce(list_min([TRY_CAST(c->>'$.lastTransitionTime' AS TIMESTAMPTZ) FOR c IN conds
-                              IF (c->>'$.type') = 'PodScheduled' AND (c->>'$.status') = 'True']),
-                    TRY_CAST(object->>'$.status.startTime' AS TIMESTAMPTZ)) AS own_bound_at,
+           e.spec.nodeName IS NOT NULL AS bound,
+           e.status.phase = 'Running' AS running,
+           coalesce(list_min([TRY_CAST(c.lastTransitionTime AS TIMESTAMPTZ) FOR c IN conds
+                              IF c.type = 'PodScheduled' AND c.status = 'True']),
+                    TRY_CAST(e.status.startTime AS TIMESTAMPTZ)) AS own_bound_at,
            -- deletionTimestamp is when the grace period ends: the request came deletionGracePeriodSeconds before it.
-           TRY_CAST(object->>'$.metadata.deletionTimestamp' AS TIMESTAMPTZ)
-               - to_seconds(coalesce(TRY_CAST(object->>'$.metadata.deletionGracePeriodSeconds' AS BIGINT), 0))
+           TRY_CAST(e.metadata.deletionTimestamp AS TIMESTAMPTZ)
+               - to_seconds(coalesce(TRY_CAST(e.metadata.deletionGracePeriodSeconds AS BIGINT), 0))
                AS deletion_ts,
-           coalesce(list_min(flatten([[TRY_CAST(s->>'$.state.running.startedAt' AS TIMESTAMPTZ),
-                                       TRY_CAST(s->>'$.state.terminated.startedAt' AS TIMESTAMPTZ),
-                                       TRY_CAST(s->>'$.lastState.terminated.startedAt' AS TIMESTAMPTZ)]
+           coalesce(list_min(flatten([[TRY_CAST(s.state.running.startedAt AS TIMESTAMPTZ),
+                                       TRY_CAST(s.state.terminated.startedAt AS TIMESTAMPTZ),
+                                       TRY_CAST(s.lastState.terminated.startedAt AS TIMESTAMPTZ)]
                                       FOR s IN containers])),
-                    list_min([TRY_CAST(c->>'$.lastTransitionTime' AS TIMESTAMPTZ) FOR c IN conds
-                              IF (c->>'$.type') = 'Ready' AND (c->>'$.status') = 'True'])) AS own_running_at
+                    list_min([TRY_CAST(c.lastTransitionTime AS TIMESTAMPTZ) FOR c IN conds
+                              IF c.type = 'Ready' AND c.status = 'True'])) AS own_running_at
     FROM ev
 ),
 hist AS (
@@ -100,10 +110,20 @@ hist AS (
     FROM times GROUP BY cluster, key
 ),
 latest AS (
-    SELECT * FROM ev
-    QUALIFY row_number() OVER (PARTITION BY cluster, key
-                               ORDER BY observed_at DESC, (event_type = 'DELETED') DESC,
-                                        TRY_CAST(resource_version AS BIGINT) DESC NULLS LAST) = 1
+    -- The fields of the latest event read below, parsed once into a struct (f), labels and annotations as maps: ~35
+    -- extractions, each parsing the object again, held over 512 MB for ~1,300 pods (issue 37).
+    SELECT * EXCLUDE (e),
+           from_json(object, '{"metadata": {"creationTimestamp": "VARCHAR", "labels": "MAP(VARCHAR, VARCHAR)",
+                                            "annotations": "MAP(VARCHAR, VARCHAR)"},
+                               "spec": {"nodeName": "VARCHAR", "restartPolicy": "VARCHAR",
+                                        "schedulingGroup": {"podGroupName": "VARCHAR"},
+                                        "workloadRef": {"name": "VARCHAR", "podGroup": "VARCHAR",
+                                                        "podGroupReplicaKey": "VARCHAR"}},
+                               "status": {"phase": "VARCHAR", "reason": "VARCHAR", "message": "VARCHAR"}}') AS f
+    FROM (SELECT * FROM ev
+          QUALIFY row_number() OVER (PARTITION BY cluster, key
+                                     ORDER BY observed_at DESC, (event_type = 'DELETED') DESC,
+                                              TRY_CAST(resource_version AS BIGINT) DESC NULLS LAST) = 1)
 ),
 owners AS (
     SELECT l.cluster, l.key, o->>'$.kind' AS owner_kind, o->>'$.name' AS owner_name
@@ -113,22 +133,21 @@ owners AS (
 ),
 gpus AS (
     SELECT l.cluster, l.key,
-           sum(coalesce(TRY_CAST(c->>'$.resources.requests."nvidia.com/gpu"' AS INTEGER),
-                        TRY_CAST(c->>'$.resources.limits."nvidia.com/gpu"' AS INTEGER), 0)) AS gpus
-    FROM latest l, unnest(coalesce(json_extract(l.object, '$.spec.containers[*]'), []::JSON[])) AS t(c)
+           sum(coalesce(TRY_CAST(c.resources.requests."nvidia.com/gpu" AS INTEGER),
+                        TRY_CAST(c.resources.limits."nvidia.com/gpu" AS INTEGER), 0)) AS gpus
+    FROM latest l,
+         unnest(coalesce(from_json(l.object->'$.spec.containers', '[{"resources": {"requests": {"nvidia.com/gpu":
+             "VARCHAR"}, "limits": {"nvidia.com/gpu": "VARCHAR"}}}]'), [])) AS t(c)
     GROUP BY l.cluster, l.key
 ),
 conds AS (
     SELECT l.cluster, l.key,
-           max(c->>'$.reason') FILTER (WHERE (c->>'$.type') = 'DisruptionTarget' AND (c->>'$.status') = 'True')
-               AS disruption_reason,
-           max(c->>'$.message') FILTER (WHERE (c->>'$.type') = 'PodScheduled' AND (c->>'$.status') = 'False')
-               AS unscheduled_message,
-           max(c->>'$.message') FILTER (WHERE (c->>'$.type') = 'DisruptionTarget' AND (c->>'$.status') = 'True')
-               AS disruption_message,
-           min(TRY_CAST(c->>'$.lastTransitionTime' AS TIMESTAMPTZ))
-               FILTER (WHERE (c->>'$.type') = 'DisruptionTarget' AND (c->>'$.status') = 'True') AS disruption_at
-    FROM latest l, unnest(coalesce(json_extract(l.object, '$.status.conditions[*]'), []::JSON[])) AS t(c)
+           max(c.reason) FILTER (WHERE c.type = 'DisruptionTarget' AND c.status = 'True') AS disruption_reason,
+           max(c.message) FILTER (WHERE c.type = 'PodScheduled' AND c.status = 'False') AS unscheduled_message,
+           max(c.message) FILTER (WHERE c.type = 'DisruptionTarget' AND c.status = 'True') AS disruption_message,
+           min(TRY_CAST(c.lastTransitionTime AS TIMESTAMPTZ))
+               FILTER (WHERE c.type = 'DisruptionTarget' AND c.status = 'True') AS disruption_at
+    FROM latest l, unnest(l.conds) AS t(c)
     GROUP BY l.cluster, l.key
 )
 SELECT
@@ -136,10 +155,10 @@ SELECT
     l.namespace,
     l.name,
     l.uid,
-    l.object->>'$.spec.nodeName' AS node,
-    l.object->>'$.status.phase' AS phase,
+    l.f.spec.nodeName AS node,
+    l.f.status.phase AS phase,
     l.event_type = 'DELETED' AS deleted,
-    TRY_CAST(l.object->>'$.metadata.creationTimestamp' AS TIMESTAMPTZ) AS created_at,
+    TRY_CAST(l.f.metadata.creationTimestamp AS TIMESTAMPTZ) AS created_at,
     h.first_seen_at,
     -- Bound no later than its containers started.
     least(coalesce(h.own_bound_at, h.seen_bound_at), h.own_running_at) AS bound_at,
@@ -149,27 +168,27 @@ SELECT
     h.last_seen_at,
     o.owner_kind,
     o.owner_name,
-    l.object->>'$.metadata.labels."jobset.sigs.k8s.io/jobset-name"' AS jobset_name,
-    coalesce(l.object->>'$.metadata.labels."scheduling.x-k8s.io/pod-group"',
-             l.object->>'$.metadata.labels."pod-group.scheduling.x-k8s.io"',
-             l.object->>'$.metadata.annotations."scheduling.k8s.io/group-name"',
-             l.object->>'$.metadata.annotations."scheduling.volcano.sh/group-name"',
-             l.object->>'$.spec.schedulingGroup.podGroupName') AS pod_group,
+    l.f.metadata.labels['jobset.sigs.k8s.io/jobset-name'] AS jobset_name,
+    coalesce(l.f.metadata.labels['scheduling.x-k8s.io/pod-group'],
+             l.f.metadata.labels['pod-group.scheduling.x-k8s.io'],
+             l.f.metadata.annotations['scheduling.k8s.io/group-name'],
+             l.f.metadata.annotations['scheduling.volcano.sh/group-name'],
+             l.f.spec.schedulingGroup.podGroupName) AS pod_group,
     CASE
-        WHEN (l.object->>'$.metadata.labels."scheduling.x-k8s.io/pod-group"') IS NOT NULL
-          OR (l.object->>'$.metadata.labels."pod-group.scheduling.x-k8s.io"') IS NOT NULL THEN 'coscheduling'
-        WHEN (l.object->>'$.metadata.annotations."scheduling.k8s.io/group-name"') IS NOT NULL
-          OR (l.object->>'$.metadata.annotations."scheduling.volcano.sh/group-name"') IS NOT NULL THEN 'volcano'
-        WHEN (l.object->>'$.spec.schedulingGroup.podGroupName') IS NOT NULL THEN 'native'
+        WHEN (l.f.metadata.labels['scheduling.x-k8s.io/pod-group']) IS NOT NULL
+          OR (l.f.metadata.labels['pod-group.scheduling.x-k8s.io']) IS NOT NULL THEN 'coscheduling'
+        WHEN (l.f.metadata.annotations['scheduling.k8s.io/group-name']) IS NOT NULL
+          OR (l.f.metadata.annotations['scheduling.volcano.sh/group-name']) IS NOT NULL THEN 'volcano'
+        WHEN (l.f.spec.schedulingGroup.podGroupName) IS NOT NULL THEN 'native'
     END AS pod_group_system,
-    l.object->>'$.spec.workloadRef.name' AS native_workload,
-    l.object->>'$.spec.workloadRef.podGroup' AS native_group,
-    l.object->>'$.spec.workloadRef.podGroupReplicaKey' AS native_replica_key,
-    l.object->>'$.metadata.annotations."kueue.x-k8s.io/workload"' AS kueue_workload,
-    l.object->>'$.metadata.labels."kueue.x-k8s.io/podset"' AS kueue_podset,
-    coalesce(l.object->>'$.metadata.labels."kueue.x-k8s.io/local-queue-name"',
-             l.object->>'$.metadata.labels."kueue.x-k8s.io/queue-name"') AS local_queue,
-    l.object->>'$.metadata.labels."kueue.x-k8s.io/cluster-queue-name"' AS cluster_queue,
+    l.f.spec.workloadRef.name AS native_workload,
+    l.f.spec.workloadRef.podGroup AS native_group,
+    l.f.spec.workloadRef.podGroupReplicaKey AS native_replica_key,
+    l.f.metadata.annotations['kueue.x-k8s.io/workload'] AS kueue_workload,
+    l.f.metadata.labels['kueue.x-k8s.io/podset'] AS kueue_podset,
+    coalesce(l.f.metadata.labels['kueue.x-k8s.io/local-queue-name'],
+             l.f.metadata.labels['kueue.x-k8s.io/queue-name']) AS local_queue,
+    l.f.metadata.labels['kueue.x-k8s.io/cluster-queue-name'] AS cluster_queue,
     coalesce(CAST(json_extract_string(l.object, '$.spec.schedulingGates[*].name') AS VARCHAR[]), [])
         AS scheduling_gates,
     coalesce(g.gpus, 0) AS gpus,
@@ -180,22 +199,22 @@ SELECT
     coalesce(json_extract(l.object, '$.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms'), '[]'::JSON) AS required_node_terms,
     coalesce(json_extract(l.object, '$.spec.tolerations'), '[]'::JSON) AS tolerations,
     c.disruption_message,
-    l.object->>'$.status.reason' AS status_reason,
-    l.object->>'$.status.message' AS status_message,
+    l.f.status.reason AS status_reason,
+    l.f.status.message AS status_message,
     h.deletion_requested_at,
-    l.object->>'$.spec.restartPolicy' AS restart_policy,
-    coalesce(l.object->>'$.metadata.labels."batch.kubernetes.io/job-completion-index"',
-             l.object->>'$.metadata.annotations."batch.kubernetes.io/job-completion-index"',
-             l.object->>'$.metadata.labels."jobset.sigs.k8s.io/job-index"') AS completion_index,
-    l.object->>'$.metadata.labels."leaderworkerset.sigs.k8s.io/name"' AS lws_name,
-    l.object->>'$.metadata.labels."ray.io/cluster"' AS ray_cluster,
-    l.object->>'$.metadata.labels."ray.io/group"' AS ray_group,
-    l.object->>'$.metadata.labels."ray.io/originated-from-crd"' AS ray_origin_kind,
-    l.object->>'$.metadata.labels."ray.io/originated-from-cr-name"' AS ray_origin_name,
-    l.object->>'$.metadata.labels."training.kubeflow.org/job-name"' AS kubeflow_job,
-    l.object->>'$.metadata.labels."training.kubeflow.org/operator-name"' AS kubeflow_operator,
-    l.object->>'$.metadata.labels."kueue.x-k8s.io/pod-group-name"' AS kueue_pod_group,
-    TRY_CAST(l.object->>'$.metadata.annotations."kueue.x-k8s.io/pod-group-total-count"' AS INTEGER)
+    l.f.spec.restartPolicy AS restart_policy,
+    coalesce(l.f.metadata.labels['batch.kubernetes.io/job-completion-index'],
+             l.f.metadata.annotations['batch.kubernetes.io/job-completion-index'],
+             l.f.metadata.labels['jobset.sigs.k8s.io/job-index']) AS completion_index,
+    l.f.metadata.labels['leaderworkerset.sigs.k8s.io/name'] AS lws_name,
+    l.f.metadata.labels['ray.io/cluster'] AS ray_cluster,
+    l.f.metadata.labels['ray.io/group'] AS ray_group,
+    l.f.metadata.labels['ray.io/originated-from-crd'] AS ray_origin_kind,
+    l.f.metadata.labels['ray.io/originated-from-cr-name'] AS ray_origin_name,
+    l.f.metadata.labels['training.kubeflow.org/job-name'] AS kubeflow_job,
+    l.f.metadata.labels['training.kubeflow.org/operator-name'] AS kubeflow_operator,
+    l.f.metadata.labels['kueue.x-k8s.io/pod-group-name'] AS kueue_pod_group,
+    TRY_CAST(l.f.metadata.annotations['kueue.x-k8s.io/pod-group-total-count'] AS INTEGER)
         AS kueue_pod_group_total
 FROM latest l
 JOIN hist h USING (cluster, key)
