@@ -60,30 +60,45 @@ series_attrs AS MATERIALIZED (
     WHERE s.signal IS NOT NULL
       AND s.day >= CAST(timezone('UTC', getvariable('watermark') - to_seconds(getvariable('max_rate_gap_s'))) AS DATE)
 ),
-samples AS (
-    SELECT i.series, i.rate_key, i.kind, i.scale, p.ts,
+clean AS (
+    -- The samples of mapped series from the window on, and before it each counter's samples back to max_rate_gap_s
+    -- (a rate needs the one before). A scrape landed twice (a collector that restarted and re-sent, a file
+    -- replayed twice) is one sample: DISTINCT on the narrow points, only those of mapped series, costs about
+    -- nothing (a window over the joined rows took a third of this model). DCGM sentinels, NaN and ±Inf become NULL.
+    SELECT p.series, p.ts,
            CASE WHEN isnan(p.value) OR isinf(p.value) THEN NULL
                 WHEN p.value >= 9223372036854775792 THEN NULL                     -- DCGM INT64 blank/not found/...
                 WHEN p.value BETWEEN 140737488355328.0 AND 140737488355331.0 THEN NULL  -- DCGM FP64 sentinels
                 ELSE p.value END AS v
-    -- From a margin before the watermark, so counters find their previous sample. A scrape landed twice
-    -- (a collector that restarted and re-sent, a file replayed twice) is one sample: DISTINCT on the
-    -- narrow points, only those of mapped series, costs about nothing (a window over the joined rows
-    -- took a third of this model).
     FROM (SELECT DISTINCT ts, series, value
           FROM raw.metric_points
           WHERE ts > getvariable('watermark') - to_seconds(getvariable('max_rate_gap_s'))
             -- insane times (docs/records.md) are not data: one must not move the data's "now"
             AND ts >= TIMESTAMPTZ '2000-01-01 00:00:00+00' AND ts <= now() + INTERVAL 1 DAY
-            AND series IN (SELECT series FROM series_attrs)) p
-    JOIN series_attrs i USING (series)
+            AND series IN (SELECT series FROM series_attrs)
+            AND (ts > getvariable('watermark') OR series IN (SELECT series FROM series_attrs WHERE kind = 'counter'))
+         ) p
+),
+samples AS (
+    SELECT i.series, i.rate_key, i.kind, i.scale, c.ts, c.v
+    FROM clean c JOIN series_attrs i USING (series)
+    WHERE c.ts > getvariable('watermark')
+),
+history AS (
+    -- Before the window only each counter's last sample with a value counts: its first rate in the window is taken
+    -- against it. One row per counter, not every sample of the margin through the window below (at 1,280 nodes that
+    -- margin is ten times the new minute; issue 37).
+    SELECT i.rate_key, max(c.ts) AS ts, arg_max(c.v, c.ts) AS v
+    FROM clean c JOIN series_attrs i USING (series)
+    WHERE c.ts <= getvariable('watermark') AND i.kind = 'counter' AND c.v IS NOT NULL
+    GROUP BY i.rate_key
 ),
 valued AS (
     -- Gauges and codes pass straight through, and so do counter samples without a value (rate NULL);
     -- counters become rates against the series' previous sample with a value.
     SELECT series, ts, v * scale AS value
     FROM samples
-    WHERE (kind <> 'counter' OR v IS NULL) AND ts > getvariable('watermark')
+    WHERE kind <> 'counter' OR v IS NULL
     UNION ALL
     SELECT series, ts,
            CASE
@@ -95,10 +110,11 @@ valued AS (
            END
     FROM (SELECT *, (epoch_us(ts) - epoch_us(prev_ts)) / 1e6 AS dt_s  -- exact: epoch() doubles lose microseconds
           FROM (SELECT *, lag(v) OVER w AS prev_v, lag(ts) OVER w AS prev_ts
-                FROM samples
-                WHERE kind = 'counter' AND v IS NOT NULL
+                FROM (SELECT series, rate_key, scale, ts, v FROM samples WHERE kind = 'counter' AND v IS NOT NULL
+                      UNION ALL
+                      SELECT NULL, rate_key, NULL, ts, v FROM history)
                 WINDOW w AS (PARTITION BY rate_key ORDER BY ts)))
-    WHERE ts > getvariable('watermark')
+    WHERE series IS NOT NULL  -- the history rows only lend their value
 )
 SELECT
     sa.cluster,
