@@ -105,7 +105,8 @@ def _series(con, nodes: int, days: int) -> None:
 
 
 def _samples(con, nodes: int, t_from: int, t_to: int, interval: float = 15.0) -> int:
-    """Insert scrape rounds [t_from, t_to) for every node: DCGM per GPU, IB per port, throughput per pod."""
+    """Insert scrape rounds [t_from, t_to) for every node: DCGM per GPU, IB per port, throughput per pod, and a
+    raw.scrapes row per target and round."""
     day = "CAST(timezone('UTC', {ts}) AS DATE)"
     values = {
         "dcgm": ("t.i * {interval} + s.n % 7", """
@@ -126,6 +127,24 @@ def _samples(con, nodes: int, t_from: int, t_to: int, interval: float = 15.0) ->
             SELECT {ts}, s.series, {value.format(interval=interval)}
             FROM range({t_from}, {t_to}) t(i) JOIN _bench_ids s ON s.kind = '{kind}' AND s.day = {day.format(ts=ts)}
         """)
+    # One raw.scrapes row per target and round, as the pipeline lands them (the model runner's late_from reads them):
+    # a partition per target (of 4), offsets rising with the round.
+    per_round = 2 * nodes + 1
+    con.execute(f"""
+        INSERT INTO raw.scrapes
+        SELECT 'default', ts, target, job, instance, true, 0.1, n, NULL, k % 4, t * {per_round} + k, ts
+        FROM (SELECT t.i AS t, x.k, x.target, x.job, x.instance, x.n,
+                     {START} + to_seconds(t.i * {interval} + x.offset_s) AS ts
+              FROM range({t_from}, {t_to}) t(i),
+                   (SELECT 2 * n.i AS k, printf('http://gpu-node-%03d:9400/metrics', n.i + 1) AS target,
+                           'dcgm-exporter' AS job, printf('gpu-node-%03d:9400', n.i + 1) AS instance,
+                           8 * {len(DCGM)} AS n, n.i % 7 AS offset_s FROM range({nodes}) n(i)
+                    UNION ALL
+                    SELECT 2 * n.i + 1, printf('http://gpu-node-%03d:9100/metrics', n.i + 1), 'node-exporter',
+                           printf('gpu-node-%03d:9100', n.i + 1), 4 * {len(IB)}, 3 + n.i % 5 FROM range({nodes}) n(i)
+                    UNION ALL
+                    SELECT {2 * nodes}, 'http://training/metrics', 'training', 'training:8000', {nodes // 2}, 1) x)
+    """)
     return (t_to - t_from) * (nodes * (8 * len(DCGM) + 4 * len(IB)) + nodes // 2)
 
 

@@ -52,6 +52,10 @@ SCRAPE_SCHEMA: dict[str, pl.DataType] = {
 log = logging.getLogger(__name__)
 _NONFINITE = {"NaN": float("nan"), "+Inf": float("inf"), "-Inf": float("-inf")}
 _TS = pl.Datetime("ms", "UTC")
+# raw.scrapes.first_sample_at looks back no further than this before the scrape: an exporter that stamps a series with
+# a frozen old time at every scrape must not make every model build re-read the history since. Such older samples
+# land all the same; the incremental models reach them at the next full build.
+EARLIEST_SAMPLE_S = 300.0
 _DAY_MS = 86_400_000
 _SERIES = {"series": pl.UInt64, "day": pl.Date, **dict.fromkeys(
     ("cluster", "metric", "labels", "node", "target", "job", "instance"), pl.String)}
@@ -396,7 +400,13 @@ def decode_scrapes(values: list[bytes]) -> Decoded:
     scrapes = df.select(
         cluster="cluster", scraped_at=pl.col("scraped_at").cast(_TS), target="target", job="job",
         instance="instance", up=pl.col("up") != 0, duration_s="duration_s", samples=pl.col("_ns").cast(pl.Int32),
-        error="error", _i="_i",
+        error="error",
+        # The oldest sample's time (a sample may carry its own, before the scrape's), at most EARLIEST_SAMPLE_S
+        # before the scrape: where the model runner rebuilds from when the scrape lands (pipeline.models, late_from).
+        first_sample_at=pl.when(pl.col("_ns") > 0).then(pl.max_horizontal(
+            pl.col("scraped_at") + pl.when("_dt0").then(0).otherwise(pl.col("dt").list.min()),
+            pl.col("scraped_at") - int(EARLIEST_SAMPLE_S * 1000))).cast(_TS),
+        _i="_i",
     )
     # Only scrapes with samples (so every list below is non-empty and explodes without nulls).
     withs = df.filter(pl.col("_ns") > 0).with_columns(_sample0=pl.col("_ns").cum_sum() - pl.col("_ns"))

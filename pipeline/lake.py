@@ -56,8 +56,11 @@ SELECT s.cluster, p.ts, s.metric, s.labels, p.value, s.node, s.target, s.job, s.
 FROM raw.metric_points AS p JOIN raw.metric_series AS s USING (series);
 CREATE TABLE IF NOT EXISTS raw.scrapes (
     cluster VARCHAR, scraped_at TIMESTAMPTZ, target VARCHAR, job VARCHAR, instance VARCHAR, up BOOLEAN,
-    duration_s DOUBLE, samples INTEGER, error VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT
+    duration_s DOUBLE, samples INTEGER, error VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT,
+    first_sample_at TIMESTAMPTZ
 );
+-- Added in issue 37 (the model runner's late_from): lakes made before get it, NULL in their old rows.
+ALTER TABLE raw.scrapes ADD COLUMN IF NOT EXISTS first_sample_at TIMESTAMPTZ;
 CREATE TABLE IF NOT EXISTS raw.dead_letters (
     landed_at TIMESTAMPTZ, topic VARCHAR, "partition" INTEGER, "offset" BIGINT, reason VARCHAR, payload BLOB
 );

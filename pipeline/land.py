@@ -173,7 +173,7 @@ _INSERT = {
                      "instance FROM _frame WHERE series NOT IN (SELECT series FROM raw.metric_series "
                      "WHERE day >= (SELECT min(day) FROM _frame))",
     "scrapes": "INSERT INTO raw.scrapes SELECT cluster, scraped_at, target, job, instance, up, duration_s, samples, "
-               "error, kafka_partition, kafka_offset FROM _frame",
+               "error, kafka_partition, kafka_offset, first_sample_at FROM _frame",
     "dead_letters": 'INSERT INTO raw.dead_letters SELECT landed_at, topic, "partition", "offset", reason, payload '
                     "FROM _frame",
     "kafka_offsets": 'INSERT INTO raw.kafka_offsets SELECT topic, "partition", next_offset, landed_at, topic_id '

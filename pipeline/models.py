@@ -84,6 +84,7 @@ class BuildStats:
     per_model_s: dict[str, float] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     incremental: list[str] = field(default_factory=list)
+    rebuilt_from: dict[str, Any] = field(default_factory=dict)  # incremental model -> when its rebuilt rows start
     source_state: str = ""  # what the raw inputs were when the build began (is_stale compares it)
 
 
@@ -320,7 +321,9 @@ def _save_marks(con: duckdb.DuckDBPyConnection, marks: dict[str, tuple[Any, ...]
 def _landed(con: duckdb.DuckDBPyConnection, m: Model, before: str | None) -> tuple[Any, str | None]:
     """(the oldest ``late_from`` time among the rows landed since ``before``, the landed offsets to keep): rows are
     told new by their Kafka offset per partition, not by time, so a partition that landed minutes after the others
-    (a restart's backlog) is modelled, not left behind the watermark. ``before`` None: every row counts."""
+    (a restart's backlog) is modelled, not left behind the watermark. ``before`` None: every row counts. Rows whose
+    time is NULL are not looked at (``raw.scrapes.first_sample_at``: a scrape without samples, or landed before the
+    column existed)."""
     if not m.late_from:
         return None, None
     table, col = m.late_from.rsplit(".", 1)
@@ -379,13 +382,15 @@ def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: d
         inc = bool(not full and old and old[0] is not None and old[1] == digest and existing.get(m.table) == "TABLE")
         late, landed = _landed(con, m, old[2] if inc and old else None)
         if inc and old:
-            # From the last high-water mark less the lookback, or earlier: rows landed late since the last build
-            # (less the lookback too: their samples may be older than their scrape), rows an upstream model rewrote.
+            # From the last high-water mark less the lookback, or earlier: a hair before the oldest time among the
+            # rows landed since the last build (late ones; the window keeps rows after the watermark), or where an
+            # upstream model rewrote its rows, less the lookback too (a time bucket that holds that moment starts
+            # before it, and the lookback covers a bucket).
             upstream = min((rebuilt[r] for r in m.refs if r in rebuilt), default=None)
             con.execute("SET VARIABLE watermark = least(?::TIMESTAMPTZ - to_seconds(?), "
-                        "coalesce(?::TIMESTAMPTZ - to_seconds(?), 'infinity'::TIMESTAMPTZ), "
-                        "coalesce(?::TIMESTAMPTZ, 'infinity'::TIMESTAMPTZ))",
-                        [old[0], m.lookback_s, late, m.lookback_s, upstream])
+                        "coalesce(?::TIMESTAMPTZ - INTERVAL 1 MICROSECOND, 'infinity'::TIMESTAMPTZ), "
+                        "coalesce(?::TIMESTAMPTZ - to_seconds(?), 'infinity'::TIMESTAMPTZ))",
+                        [old[0], m.lookback_s, late, upstream, m.lookback_s])
             con.execute(f"DELETE FROM {m.table} WHERE {m.watermark} > getvariable('watermark')")
             con.execute(f"INSERT INTO {m.table} SELECT * FROM ({m.sql})")
         else:
@@ -463,6 +468,7 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
             stats.seconds += s.seconds
             stats.per_model_s.update(s.per_model_s)
             stats.incremental += s.incremental
+            stats.rebuilt_from.update(rebuilt)
             if not last and then is not None:
                 then(con)
         if not head and then is not None:

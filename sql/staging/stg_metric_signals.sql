@@ -1,7 +1,7 @@
 -- materialized: incremental
 -- watermark: ts
--- lookback_s: 300
--- late_from: raw.scrapes.scraped_at
+-- lookback_s: 60
+-- late_from: raw.scrapes.first_sample_at
 -- Metric samples of the canonical signals: one row per raw sample whose metric is in the signal
 -- map (variable `signal_map`, from pipeline/signals.py), with its node, GPU, device and
 -- pod attributed by the join rules of CONTRACT section 2.

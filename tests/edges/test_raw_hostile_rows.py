@@ -156,8 +156,8 @@ def _insert(con, k8s: list, samples: list, scrapes: list) -> None:
                     "value": pl.Float64, "node": pl.String, "target": pl.String, "job": pl.String,
                     "instance": pl.String}, orient="row"))
     for at, up, duration, n, error in scrapes:
-        con.execute("INSERT INTO raw.scrapes VALUES ('default', ?, ?, 'zz', 'zz:1', ?, ?, ?, ?, -1, -1)",
-                    [at, HOSTILE, up, duration, n, error])
+        con.execute("INSERT INTO raw.scrapes VALUES ('default', ?, ?, 'zz', 'zz:1', ?, ?, ?, ?, -1, -1, ?)",
+                    [at, HOSTILE, up, duration, n, error, at])
     con.execute("INSERT INTO raw.dead_letters VALUES (?, ?, -1, -1, ?, ?)",
                 [INSANE_TIMES[-1], HOSTILE, GIANT, b"\x00\xff"])
     con.execute("INSERT INTO raw.kafka_offsets VALUES (?, -1, -1, ?, NULL)", [HOSTILE, INSANE_TIMES[0]])

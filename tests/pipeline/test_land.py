@@ -54,8 +54,27 @@ def test_values_timestamps_and_labels_round_trip_exactly(con) -> None:
              same(v), node[s]) for s, v, t in values]
     assert sorted(got, key=repr) == sorted(want, key=repr)
     assert {r[5:8] for r in rows} == {("http://n1:9400/metrics", "dcgm", "n1:9400")}
-    assert con.execute("SELECT up, duration_s, samples, epoch_ms(scraped_at) FROM raw.scrapes").fetchall() == [
-        (True, 0.25, 10, 1_767_000_000_123)]
+    # The oldest sample is from 1970 (t=1): what the model runner rebuilds from stops 5 minutes before the scrape.
+    assert con.execute("SELECT up, duration_s, samples, epoch_ms(scraped_at), epoch_ms(first_sample_at) "
+                       "FROM raw.scrapes").fetchall() == [(True, 0.25, 10, 1_767_000_000_123, 1_766_999_700_123)]
+
+
+def test_a_scrape_keeps_its_oldest_sample_time(con) -> None:
+    """raw.scrapes.first_sample_at is where an incremental model build starts over when the scrape lands late: the
+    scrape time for plain samples, a sample's own older time when it carries one, NULL without samples."""
+    at = 1_767_000_000_000
+    plain = ScrapeBatch("c1", "http://n1:9400/metrics", "dcgm", "n1:9400", at)
+    plain.add_sample(plain.add_series("DCGM_FI_DEV_GPU_UTIL", {"gpu": "0"}), 50.0)
+    stamped = ScrapeBatch("c1", "http://n2:9400/metrics", "dcgm", "n2:9400", at)
+    s = stamped.add_series("DCGM_FI_DEV_GPU_UTIL", {"gpu": "0"})
+    stamped.add_sample(s, 50.0, at - 90_000)
+    stamped.add_sample(s, 51.0, at - 30_000)
+    stamped.add_sample(s, 52.0)
+    down = ScrapeBatch("c1", "http://n3:9400/metrics", "dcgm", "n3:9400", at, up=False, error="timeout")
+    land(con, [(M, 0, i, b.to_bytes()) for i, b in enumerate((plain, stamped, down))])
+    assert con.execute("SELECT target, samples, epoch_ms(first_sample_at) FROM raw.scrapes ORDER BY target"
+                       ).fetchall() == [("http://n1:9400/metrics", 1, at), ("http://n2:9400/metrics", 3, at - 90_000),
+                                        ("http://n3:9400/metrics", 0, None)]
 
 
 def test_k8s_event_rows_keep_the_object_exactly(con) -> None:

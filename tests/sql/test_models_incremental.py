@@ -5,6 +5,7 @@ sample, series appearing mid-way and a UTC midnight (every series gets a new day
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from gangscope import config
 from pipeline import lake, models
@@ -50,11 +51,15 @@ def test_incremental_builds_equal_a_full_build(offline_settings: config.Settings
             if m == 1:
                 _minute(raw, 0)  # minute 0's scrapes landed a second time (a collector re-sent them)
             if m == 3:  # samples that arrive late: 1 min 37 s and 3 min 22 s old when they land (a writer
-                # catching up after an outage); the second is older than the lookback of the models that read
-                # staging, but not of staging itself: they read as far back as their inputs were rebuilt
+                # catching up after an outage), older than every model's lookback. Their scrapes land with them, as
+                # the pipeline lands them: the oldest sample time they carry is where staging is rebuilt from, and
+                # the models over it read as far back as it was rebuilt.
                 dcgm(raw, 1.625, "a1", 0, "DCGM_FI_DEV_GPU_UTIL", 55.0, ("ml", "job-0"))
                 dcgm(raw, 0.125, "a1", 0, "DCGM_FI_DEV_GPU_UTIL", 44.0, ("ml", "job-0"))
                 dcgm(raw, 0.125, "a1", 0, "DCGM_FI_PROF_PCIE_TX_BYTES", 5e9, ("ml", "job-0"))
+                for offset, t in enumerate((1.625, 0.125)):
+                    con.execute("INSERT INTO raw.scrapes VALUES ('default', ?, 't', 'dcgm', 'i', true, 0.1, 2, NULL, "
+                                "0, ?, ?)", [ts(t), offset, ts(t)])
             raw.write(con)
             stats = models.build(offline_settings, con, only_stale=True)
             if m > -3:
@@ -137,8 +142,8 @@ def test_a_partition_landing_long_after_the_others_is_modelled(offline_settings:
 
     def scrapes(m: int, partition: int) -> None:  # one scrape record per 15 s, as the pipeline lands them
         for k in range(4):
-            con.execute("INSERT INTO raw.scrapes VALUES ('default', ?, 't', 'dcgm', 'i', true, 0.1, 1, NULL, ?, ?)",
-                        [ts(m + k / 4), partition, offsets[partition]])
+            con.execute("INSERT INTO raw.scrapes VALUES ('default', ?, 't', 'dcgm', 'i', true, 0.1, 1, NULL, ?, ?, ?)",
+                        [ts(m + k / 4), partition, offsets[partition], ts(m + k / 4)])
             offsets[partition] += 1
 
     def gpu(raw: Raw, m: int, gpu_index: int) -> None:
@@ -165,6 +170,11 @@ def test_a_partition_landing_long_after_the_others_is_modelled(offline_settings:
             stats = models.build(offline_settings, con, only_stale=True)
             if m > 0:
                 assert "staging.stg_metric_signals" in stats.incremental
+                # The scheduled build re-reads the new minute and the lookback (60 s) before it, not more; the one
+                # after the backlog landed goes back to the backlog's oldest sample.
+                since = stats.rebuilt_from["staging.stg_metric_signals"]
+                want = ts(late[0]) - timedelta(microseconds=1) if m == 25 else ts(m - 0.25) - timedelta(seconds=60)
+                assert since == want, (m, since)
         inc = _tables(con)
         landed = con.execute("SELECT count(*) FROM staging.stg_metric_signals WHERE gpu = '1'").fetchone()[0]
         models.build(offline_settings, con, full=True)
