@@ -6,7 +6,8 @@ minute each), and a diagnose (staleness check + reading marts.findings). Then, p
 history, its full build, one rebuild and four scheduled builds a minute each (their median is
 ``scheduled_s_<nodes>``). Ends with
 ``models: build_s=<s> rebuild_s=<s> steady_rebuild_s=<s> scheduled_s=<s> diagnose_s=<s> build_rss_mb=<peak>
-scheduled_s_<nodes>=<s> ...``
+scheduled_s_<nodes>=<s> full_s_per_gpu_day_<nodes>=<s> ...`` (with ``--baseline-ref``: the same for the models of
+that ref, and the ratio of the scheduled builds)
 (targets at 128 nodes x 6 h on 2 cores: build < 60, a rebuild < 3 (10 % of a 30 s schedule, issue 16), diagnose < 3,
 RSS < 1024): the peak RSS is this process's from the start of the full build on (the data
 generation before it does not count; what it left in memory does).
@@ -325,10 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     at = {n: scheduled_at(n, args.scheduled_minutes, args.memory_limit, dirs) for n in sizes}
     extra = ""
     for n, got in at.items():
-        extra += f" scheduled_s_{n}={got['this'][0]:.2f}"
+        # The full build of that lake per GPU-day of history (n x 8 GPUs x --scheduled-minutes).
+        per_gpu_day = 1 / (n * 8 * args.scheduled_minutes / 1440)
+        extra += f" scheduled_s_{n}={got['this'][0]:.2f} full_s_per_gpu_day_{n}={got['this'][1] * per_gpu_day:.3f}"
         if "base" in got:
             extra += (f" scheduled_base_s_{n}={got['base'][0]:.2f}"
-                      f" scheduled_ratio_{n}={got['base'][0] / got['this'][0]:.2f}")
+                      f" scheduled_ratio_{n}={got['base'][0] / got['this'][0]:.2f}"
+                      f" full_base_s_per_gpu_day_{n}={got['base'][1] * per_gpu_day:.3f}")
     print(f"models: build_s={build_s:.1f} rebuild_s={rebuild_s:.1f} steady_rebuild_s={statistics.median(steady):.1f} "
           f"scheduled_s={statistics.median(scheduled):.1f} diagnose_s={diagnose_s:.2f} build_rss_mb={build_rss_mb:.0f}"
           + extra)

@@ -44,7 +44,7 @@ RAW_DDL = """
 CREATE TABLE IF NOT EXISTS raw.k8s_objects (
     cluster VARCHAR, observed_at TIMESTAMPTZ, event_type VARCHAR, api_version VARCHAR, kind VARCHAR,
     namespace VARCHAR, name VARCHAR, uid VARCHAR, resource_version VARCHAR, object JSON,
-    kafka_partition INTEGER, kafka_offset BIGINT
+    kafka_partition INTEGER, kafka_offset BIGINT, bad_time BOOLEAN
 );
 CREATE TABLE IF NOT EXISTS raw.metric_series (
     series UBIGINT, day DATE, cluster VARCHAR, metric VARCHAR, labels JSON, node VARCHAR,
@@ -59,8 +59,10 @@ CREATE TABLE IF NOT EXISTS raw.scrapes (
     duration_s DOUBLE, samples INTEGER, error VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT,
     first_sample_at TIMESTAMPTZ
 );
--- Added in issue 37 (the model runner's late_from): lakes made before get it, NULL in their old rows.
+-- Added in issue 37 (the model runner's late_from; a time check once at landing): lakes made before get them, NULL in
+-- their old rows.
 ALTER TABLE raw.scrapes ADD COLUMN IF NOT EXISTS first_sample_at TIMESTAMPTZ;
+ALTER TABLE raw.k8s_objects ADD COLUMN IF NOT EXISTS bad_time BOOLEAN;
 CREATE TABLE IF NOT EXISTS raw.dead_letters (
     landed_at TIMESTAMPTZ, topic VARCHAR, "partition" INTEGER, "offset" BIGINT, reason VARCHAR, payload BLOB
 );

@@ -166,7 +166,7 @@ def _decode(batch: list[Record]) -> tuple[dict[str, pl.DataFrame], list[tuple[Re
 
 _INSERT = {
     "k8s_objects": "INSERT INTO raw.k8s_objects SELECT cluster, observed_at, event_type, api_version, kind, namespace, "
-                   "name, uid, resource_version, object, kafka_partition, kafka_offset FROM _frame",
+                   "name, uid, resource_version, object, kafka_partition, kafka_offset, bad_time FROM _frame",
     "metric_points": "INSERT INTO raw.metric_points SELECT ts, series, value FROM _frame",
     # Only series not landed yet: the day filter lets DuckLake skip the files of older days.
     "metric_series": "INSERT INTO raw.metric_series SELECT series, day, cluster, metric, labels, node, target, job, "

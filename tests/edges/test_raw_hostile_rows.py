@@ -143,7 +143,8 @@ def _insert(con, k8s: list, samples: list, scrapes: list) -> None:
         md = obj.get("metadata") if isinstance(obj, dict) else None
         md = md if isinstance(md, dict) else {}
         text = lambda v: v if isinstance(v, str) else None  # noqa: E731
-        con.execute("INSERT INTO raw.k8s_objects VALUES ('default', ?, ?, ?, ?, ?, ?, ?, ?, ?::JSON, -1, ?)",
+        # bad_time NULL: as landed before the column existed, the view's own pattern must catch them
+        con.execute("INSERT INTO raw.k8s_objects VALUES ('default', ?, ?, ?, ?, ?, ?, ?, ?, ?::JSON, -1, ?, NULL)",
                     [at, etype, text(obj.get("apiVersion")) if isinstance(obj, dict) else None,
                      text(obj.get("kind")) if isinstance(obj, dict) else None, text(md.get("namespace")),
                      text(md.get("name")), text(md.get("uid")) or f"zz-uid-{i}", text(md.get("resourceVersion")),

@@ -77,6 +77,24 @@ def test_a_scrape_keeps_its_oldest_sample_time(con) -> None:
                                         ("http://n3:9400/metrics", 0, None)]
 
 
+def test_an_object_time_out_of_range_is_flagged_at_landing_and_no_model_reads_it(con) -> None:
+    """raw.k8s_objects.bad_time: an object time field in a year before 2000 or after 2099 (the collectors refuse
+    them; a producer of its own may not) is matched once, when the row lands, with the pattern the staging view keeps
+    for rows landed before the column existed. The row stays in raw; the view leaves it out."""
+    from pipeline.decode import BAD_OBJECT_TIME
+    from pipeline.models import SQL_DIR
+
+    assert BAD_OBJECT_TIME in (SQL_DIR / "staging" / "stg_k8s_watch.sql").read_text()  # one pattern, both places
+    good, old, late = pod_event(1), pod_event(2), pod_event(3)
+    old.object["metadata"]["creationTimestamp"] = "1970-01-01T00:00:00Z"
+    late.object["status"]["startTime"] = "2107-03-01T12:00:00Z"
+    land(con, [(K, 0, i, e.to_bytes()) for i, e in enumerate((good, old, late))])
+    assert con.execute("SELECT name, bad_time FROM raw.k8s_objects ORDER BY name").fetchall() == [
+        ("trainer-1", False), ("trainer-2", True), ("trainer-3", True)]
+    view = (SQL_DIR / "staging" / "stg_k8s_watch.sql").read_text()
+    assert con.execute(f"SELECT name FROM ({view})").fetchall() == [("trainer-1",)]
+
+
 def test_k8s_event_rows_keep_the_object_exactly(con) -> None:
     obj = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
            "metadata": {"name": "job-a", "namespace": "team", "uid": "u-1", "resourceVersion": "77"},

@@ -63,7 +63,7 @@ class Raw:
         if self.k8s:
             con.register("_rows", pl.DataFrame(self.k8s, schema=k8s_cols, orient="row").to_arrow())
             select = ", ".join(f"{c}::JSON" if c == "object" else c for c in k8s_cols)
-            con.execute(f"INSERT INTO raw.k8s_objects SELECT {select} FROM _rows")
+            con.execute(f"INSERT INTO raw.k8s_objects ({', '.join(k8s_cols)}) SELECT {select} FROM _rows")
             con.unregister("_rows")
         if self.samples:
             insert_samples(con, pl.DataFrame(self.samples, orient="row", infer_schema_length=None, schema=[
