@@ -176,6 +176,28 @@ def test_changed_threshold_makes_models_stale(offline_settings) -> None:
         con.close()
 
 
+def test_a_list_variable_is_set_again_only_when_it_changed(offline_settings) -> None:
+    """The signal map is set once per connection (its conversion is slow), yet an edited map reaches the models."""
+    con = lake.connect(offline_settings)
+    try:
+        first = [{"metric": "A", "signal": "x"}, {"metric": "B", "signal": None}]
+        models.set_variables(con, {"m": first, "n": 1})
+        assert con.execute("SELECT getvariable('m')").fetchone()[0] == first
+        models.set_variables(con, {"m": first, "n": 2})  # kept; the scalar is set every time
+        assert con.execute("SELECT getvariable('m'), getvariable('n')").fetchone() == (first, 2)
+        edited = [{"metric": "A", "signal": "y"}, {"metric": "B", "signal": None}]
+        models.set_variables(con, {"m": edited})
+        assert con.execute("SELECT getvariable('m')").fetchone()[0] == edited
+        other = lake.connect(offline_settings)  # another connection holds nothing yet
+        try:
+            models.set_variables(other, {"m": edited})
+            assert other.execute("SELECT getvariable('m')").fetchone()[0] == edited
+        finally:
+            other.close()
+    finally:
+        con.close()
+
+
 def test_findings_first_then_the_rest(offline_settings) -> None:
     """`gangscope run` publishes once the findings are committed, before the marts nobody waits for; the
     build is done (not stale) only when the rest committed too, and data landed in between is built next."""
