@@ -6,8 +6,8 @@ minute each), and a diagnose (staleness check + reading marts.findings). Then, p
 history, its full build, one rebuild and four scheduled builds a minute each (their median is
 ``scheduled_s_<nodes>``). Ends with
 ``models: build_s=<s> rebuild_s=<s> steady_rebuild_s=<s> scheduled_s=<s> diagnose_s=<s> build_rss_mb=<peak>
-scheduled_s_<nodes>=<s> full_s_per_gpu_day_<nodes>=<s> ...`` (with ``--baseline-ref``: the same for the models of
-that ref, and the ratio of the scheduled builds)
+scheduled_s_<nodes>=<s> full_s_per_gpu_day_<nodes>=<s> full_rss_mb_<nodes>=<peak> full_spill_mb_<nodes>=<peak> ...``
+(with ``--baseline-ref``: the same for the models of that ref, and the ratio of the scheduled builds)
 (targets at 128 nodes x 6 h on 2 cores: build < 60, a rebuild < 3 (10 % of a 30 s schedule, issue 16), diagnose < 3,
 RSS < 1024): the peak RSS is this process's from the start of the full build on (the data
 generation before it does not count; what it left in memory does).
@@ -174,6 +174,34 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class _SpillWatch:
+    """The peak size of DuckDB's spill directory (``<data>/tmp``) while the block runs, sampled every 0.2 s (as `du` is
+    watched by hand in docs/scaling.md)."""
+
+    def __init__(self, path: Path) -> None:
+        import threading
+
+        self.path, self.peak_mb, self._stop = path, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            size = 0
+            with contextlib.suppress(OSError):
+                size = sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+            self.peak_mb = max(self.peak_mb, size / 2**20)
+            if self._stop.wait(0.2):
+                return
+
+    def __enter__(self) -> _SpillWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _scheduled(settings: config.Settings, con, nodes: int, tick: int, sql_dir: Path | None = None,
                rounds: int = 4) -> list[float]:
     """Scheduled builds as ``gangscope run`` does them at most intervals (the models the findings need),
@@ -191,11 +219,12 @@ def _scheduled(settings: config.Settings, con, nodes: int, tick: int, sql_dir: P
 
 
 def scheduled_at(nodes: int, minutes: float, memory_limit: str | None,
-                 sql_dirs: dict[str, Path | None]) -> dict[str, tuple[float, float]]:
-    """label -> (median scheduled build, full build) seconds on a fresh lake of ``nodes`` x 8 GPUs with
-    ``minutes`` of history, one lake per models directory (the same data), their scheduled builds interleaved
-    so that each sees the same load: the full build, the first rebuild (it reads past the full build's one
-    unsorted file) untimed."""
+                 sql_dirs: dict[str, Path | None]) -> dict[str, tuple[float, float, float, float]]:
+    """label -> (median scheduled build s, full build s, the full build's peak RSS MB, its peak spill MB) on a fresh
+    lake of ``nodes`` x 8 GPUs with ``minutes`` of history, one lake per models directory (the same data), their
+    scheduled builds interleaved so that each sees the same load: the first rebuild (it reads past the full build's
+    one unsorted file) untimed. The RSS is the process's from the full build's start: only the first label's is
+    its own (the lakes before it are open beside the others' builds)."""
     from pipeline import lake, models
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -214,23 +243,26 @@ def scheduled_at(nodes: int, minutes: float, memory_limit: str | None,
                 n = _samples(con, nodes, 0, ticks)
                 print(f"{nodes} nodes ({label}): generated {n:,} samples in {time.perf_counter() - t:.1f}s", flush=True)
                 kw = {"sql_dir": sql_dir} if sql_dir else {}
+                release_heap()
+                reset_peak_rss()
                 t = time.perf_counter()
-                models.build(settings, con, **kw)
-                lakes[label] = (settings, con, sql_dir, time.perf_counter() - t)
+                with _SpillWatch(lake.temp_path(settings)) as spill:
+                    models.build(settings, con, **kw)
+                lakes[label] = (settings, con, sql_dir, time.perf_counter() - t, peak_rss_mb(), spill.peak_mb)
                 _samples(con, nodes, ticks, ticks + 4)
                 models.build(settings, con, only_stale=True, **kw)
             runs: dict[str, list[float]] = {label: [] for label in lakes}
             for k in range(4):
-                for label, (settings, con, sql_dir, _) in lakes.items():
+                for label, (settings, con, sql_dir, *_) in lakes.items():
                     runs[label] += _scheduled(settings, con, nodes, ticks + 4 + 4 * k, sql_dir, rounds=1)
         finally:
             for con in cons:
                 con.close()
     out = {}
-    for label, (_, _, _, full_s) in lakes.items():
-        print(f"{nodes} nodes ({label}): full build {full_s:.1f}s; scheduled builds, a minute each: "
-              + ", ".join(f"{s:.2f}s" for s in runs[label]), flush=True)
-        out[label] = statistics.median(runs[label]), full_s
+    for label, (_, _, _, full_s, rss, spill_mb) in lakes.items():
+        print(f"{nodes} nodes ({label}): full build {full_s:.1f}s (peak RSS {rss:.0f} MB, spill {spill_mb:.0f} MB); "
+              "scheduled builds, a minute each: " + ", ".join(f"{s:.2f}s" for s in runs[label]), flush=True)
+        out[label] = statistics.median(runs[label]), full_s, rss, spill_mb
     return out
 
 
@@ -328,11 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     for n, got in at.items():
         # The full build of that lake per GPU-day of history (n x 8 GPUs x --scheduled-minutes).
         per_gpu_day = 1 / (n * 8 * args.scheduled_minutes / 1440)
-        extra += f" scheduled_s_{n}={got['this'][0]:.2f} full_s_per_gpu_day_{n}={got['this'][1] * per_gpu_day:.3f}"
+        extra += (f" scheduled_s_{n}={got['this'][0]:.2f} full_s_per_gpu_day_{n}={got['this'][1] * per_gpu_day:.3f}"
+                  f" full_rss_mb_{n}={got['this'][2]:.0f} full_spill_mb_{n}={got['this'][3]:.0f}")
         if "base" in got:
             extra += (f" scheduled_base_s_{n}={got['base'][0]:.2f}"
                       f" scheduled_ratio_{n}={got['base'][0] / got['this'][0]:.2f}"
-                      f" full_base_s_per_gpu_day_{n}={got['base'][1] * per_gpu_day:.3f}")
+                      f" full_base_s_per_gpu_day_{n}={got['base'][1] * per_gpu_day:.3f}"
+                      f" full_base_spill_mb_{n}={got['base'][3]:.0f}")
     print(f"models: build_s={build_s:.1f} rebuild_s={rebuild_s:.1f} steady_rebuild_s={statistics.median(steady):.1f} "
           f"scheduled_s={statistics.median(scheduled):.1f} diagnose_s={diagnose_s:.2f} build_rss_mb={build_rss_mb:.0f}"
           + extra)
