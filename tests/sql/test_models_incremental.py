@@ -132,11 +132,12 @@ def test_a_changed_signal_map_starts_the_series_table_over(offline_settings: con
 
 
 def test_a_partition_landing_long_after_the_others_is_modelled(offline_settings: config.Settings) -> None:
-    """A restart's backlog lands partition by partition: one partition's scrapes of minutes 10-14 land at minute 25,
-    after builds moved the watermark far past the lookback (CI: healthy jobs were read as stalled for the minutes
+    """A restart's backlog lands partition by partition: one partition's scrapes of minutes 4-6 land at minute 10,
+    after builds moved the watermark minutes past the lookback (CI: healthy jobs were read as stalled for the minutes
     another partition had already passed). Scrapes are told new by their Kafka offset, not their time: the
     incremental builds give what a full build gives, the late samples included."""
     con = lake.connect(offline_settings)
+    minutes = 13  # a whole build per minute: builds after the backlog too, and no more (30 took 146 s in CI)
     late: list[int] = []
     offsets = {0: 0, 1: 0}
 
@@ -153,16 +154,16 @@ def test_a_partition_landing_long_after_the_others_is_modelled(offline_settings:
     try:
         raw = Raw()
         raw.event(-10, node("a1", "r1"))
-        for m in range(0, 30):
+        for m in range(0, minutes):
             raw = raw if m == 0 else Raw()
             gpu(raw, m, 0)
             scrapes(m, 0)
-            if 10 <= m < 15:
+            if 4 <= m < 7:
                 late.append(m)  # partition 1 lags: these wait
             else:
                 gpu(raw, m, 1)
                 scrapes(m, 1)
-            if m == 25:
+            if m == 10:
                 for lm in late:
                     gpu(raw, lm, 1)
                     scrapes(lm, 1)
@@ -173,7 +174,7 @@ def test_a_partition_landing_long_after_the_others_is_modelled(offline_settings:
                 # The scheduled build re-reads the new minute and the lookback (60 s) before it, not more; the one
                 # after the backlog landed goes back to the backlog's oldest sample.
                 since = stats.rebuilt_from["staging.stg_metric_signals"]
-                want = ts(late[0]) - timedelta(microseconds=1) if m == 25 else ts(m - 0.25) - timedelta(seconds=60)
+                want = ts(late[0]) - timedelta(microseconds=1) if m == 10 else ts(m - 0.25) - timedelta(seconds=60)
                 assert since == want, (m, since)
         inc = _tables(con)
         landed = con.execute("SELECT count(*) FROM staging.stg_metric_signals WHERE gpu = '1'").fetchone()[0]
@@ -181,6 +182,6 @@ def test_a_partition_landing_long_after_the_others_is_modelled(offline_settings:
         full = _tables(con)
     finally:
         con.close()
-    assert landed == 30 * 4  # every sample of GPU 1, the late ones too
+    assert landed == minutes * 4  # every sample of GPU 1, the late ones too
     for name in full:
         assert inc[name] == full[name], name
