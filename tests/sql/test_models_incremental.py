@@ -138,6 +138,7 @@ def test_a_partition_landing_long_after_the_others_is_modelled(offline_settings:
     incremental builds give what a full build gives, the late samples included."""
     con = lake.connect(offline_settings)
     minutes = 13  # a whole build per minute: builds after the backlog too, and no more (30 took 146 s in CI)
+    lagging, backlog_at = range(4, 7), 10  # partition 1's minutes that wait, and the minute they land
     late: list[int] = []
     offsets = {0: 0, 1: 0}
 
@@ -158,12 +159,12 @@ def test_a_partition_landing_long_after_the_others_is_modelled(offline_settings:
             raw = raw if m == 0 else Raw()
             gpu(raw, m, 0)
             scrapes(m, 0)
-            if 4 <= m < 7:
+            if m in lagging:
                 late.append(m)  # partition 1 lags: these wait
             else:
                 gpu(raw, m, 1)
                 scrapes(m, 1)
-            if m == 10:
+            if m == backlog_at:
                 for lm in late:
                     gpu(raw, lm, 1)
                     scrapes(lm, 1)
@@ -174,7 +175,8 @@ def test_a_partition_landing_long_after_the_others_is_modelled(offline_settings:
                 # The scheduled build re-reads the new minute and the lookback (60 s) before it, not more; the one
                 # after the backlog landed goes back to the backlog's oldest sample.
                 since = stats.rebuilt_from["staging.stg_metric_signals"]
-                want = ts(late[0]) - timedelta(microseconds=1) if m == 10 else ts(m - 0.25) - timedelta(seconds=60)
+                want = (ts(late[0]) - timedelta(microseconds=1) if m == backlog_at
+                        else ts(m - 0.25) - timedelta(seconds=60))
                 assert since == want, (m, since)
         inc = _tables(con)
         landed = con.execute("SELECT count(*) FROM staging.stg_metric_signals WHERE gpu = '1'").fetchone()[0]
