@@ -190,7 +190,7 @@ def transaction(con: duckdb.DuckDBPyConnection, body: Callable[[], tuple[bool, T
 
 
 # What DuckDB says when the object store or the catalog server is away (httpfs after its own retries, libpq), as met in
-# tests/deploy/test_object_storage.py; a refusal (403, a missing bucket) is not among them.
+# tests/deploy/test_object_storage_faults.py; a refusal (403, a missing bucket) is not among them.
 _UNAVAILABLE = ("connection refused", "could not establish connection", "unable to connect", "could not connect",
                 "connection reset", "connection was closed", "server closed the connection", "timed out", "timeout",
                 "terminating connection", "the database system is", "no connection to the server", "broken pipe",
@@ -231,7 +231,7 @@ def is_broken(e: BaseException) -> bool:
 
     Met once per few CI runs: DuckLake's inlined-data reader failed an assertion ("Attempted to access index 0 within
     vector of size 0") when a writer re-read its stored offsets just after the PostgreSQL catalog restarted, and the
-    writer died (tests/deploy/test_object_storage.py).
+    writer died (tests/deploy/test_object_storage_faults.py).
     """
     return isinstance(e, (duckdb.InternalException, duckdb.FatalException)) or (
         isinstance(e, duckdb.Error) and "database has been invalidated" in str(e).lower())

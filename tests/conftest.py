@@ -58,12 +58,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # Tests whose binaries .ci/run builds in the background (tests/servers/gobuild.py): last, so the build has the
 # whole run to finish; the real control plane's files (tests/k8s_real/) in one worker, so one control plane starts.
-LAST = ("/tests/k8s_real/", "/tests/deploy/test_helm_chart.py", "/tests/deploy/test_object_storage.py")
+LAST = ("/tests/k8s_real/", "/tests/deploy/test_helm_chart.py", "/tests/deploy/test_object_storage")
 # The other files of several minutes each (--durations): first, when no earlier run measured them.
 LONG = ("/tests/e2e/", "/tests/simulate/test_kinds_live.py")
 LONG_S = 180.0  # what a long file counts as until a run measured it
 # Each file's seconds in the last run that ran it (setup + call + teardown summed), kept by the controller: the next
-# run hands files out longest first by these (the workers of -n 3 then end together), and the notes read them.
+# run hands files out longest first by these (the workers of -n 4 then end together), and the notes read them.
 TIMES = Path.home() / ".cache" / "gangscope-test-times.json"
 _times: dict[str, float] = {}
 
@@ -84,7 +84,7 @@ def _measured() -> dict[str, float]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest files first (minutes each, mostly waiting on servers and simulated time), then the others: with
-    the workers of ``-n 3 --dist loadfile`` the long ones run beside the rest and no worker is left with one at the
+    the workers of ``-n 4 --dist loadfile`` the long ones run beside the rest and no worker is left with one at the
     end. Longest by the last run's measured seconds where there are any (``TIMES``), else by the rule of thumb:
     ``LONG`` (and ``LAST``) first, the rest by number of tests (ties too). While the background Go build runs, the
     tests that wait for it go last instead (with the binaries cached it is over before the tests start)."""

@@ -429,9 +429,9 @@ def test_late_records_land_at_once_and_fresh_ones_wait_for_the_flush(
 def test_duckdb_invalidated_under_a_writer_opens_the_lake_again_and_lands_each_record_once(
         settings: config.Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """DuckLake once failed an internal assertion while a writer re-read its stored offsets just after the PostgreSQL
-    catalog restarted (tests/deploy/test_object_storage.py), and DuckDB invalidated its instance: the writer died.
-    Here the instance dies under a claim, under a landing before it commits and under one after it committed: each
-    time the writer opens the lake again and runs the step again, and every record lands once."""
+    catalog restarted (tests/deploy/test_object_storage_faults.py), and DuckDB invalidated its instance: the writer
+    died. Here the instance dies under a claim, under a landing before it commits and under one after it committed:
+    each time the writer opens the lake again and runs the step again, and every record lands once."""
     bootstrap = settings.kafka.bootstrap_servers
     assert bootstrap
     publish(settings, range(120), range(30))

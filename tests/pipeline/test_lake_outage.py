@@ -1,6 +1,6 @@
 """Which lake errors a writer waits out (the catalog or object store away) and which it reports at once (a refusal,
-a bug). The messages are the ones DuckDB gave in tests/deploy/test_object_storage.py with PostgreSQL restarted and
-SeaweedFS stopped under landing writers; a writer that took one of the first kind for a bug crashed there."""
+a bug). The messages are the ones DuckDB gave in tests/deploy/test_object_storage_faults.py with PostgreSQL restarted
+and SeaweedFS stopped under landing writers; a writer that took one of the first kind for a bug crashed there."""
 
 from __future__ import annotations
 
