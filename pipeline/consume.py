@@ -268,9 +268,7 @@ class _Loop:
         old = self.con, self.reader
         self.con, self.reader = self._open()
         self.lander.con = self.con
-        for c in old:
-            with contextlib.suppress(Exception):
-                c.close()
+        lake.abandon(*old)  # not closed: that can abort the process (lake._ABANDONED)
 
     def _new_consumer(self) -> Any:
         return pkafka.consumer(self.settings, self.bootstrap,

@@ -239,6 +239,22 @@ def is_broken(e: BaseException) -> bool:
 
 REOPENS = 3  # new instances after internal errors per ``outlast`` call; the next such error is reported
 
+# Connections to instances DuckDB invalidated, never closed: closing one whose transaction is still open (the failed
+# landing's ROLLBACK was refused too) rolls it back in a C++ destructor, which throws "database has been invalidated"
+# and aborts the process (CI, 7 Dec: a writer opened the lake again after the PostgreSQL catalog restarted, closed the
+# old connection and died with "terminate called"). gangscope.app.cli leaves with os._exit while any are held, so they
+# are never destroyed; each holds its instance's memory until then (at most REOPENS per step, met a few times a year).
+_ABANDONED: list[object] = []
+
+
+def abandon(*cons: object) -> None:
+    """Keep the connections of an invalidated instance, unclosed, to the end of the process (see ``_ABANDONED``)."""
+    _ABANDONED.extend(cons)
+
+
+def abandoned() -> bool:
+    return bool(_ABANDONED)
+
 
 def outlast(fn: Callable[[], T], what: str, beat: Callable[[], None] | None = None,
             give_up_s: float = OUTAGE_GIVE_UP_S, reopen: Callable[[], None] | None = None) -> T:

@@ -280,6 +280,13 @@ class Receiver:
         except BrokenProcessPool:
             self._restart_pool(pool)
             raise
+        except TimeoutError:
+            # CPython's pool can miss a worker's death and leave every later request waiting (CI, 7 Dec: after a
+            # second SIGKILL, 503 "not decoded" for minutes; gh-94777's hang): a dead worker means a new pool.
+            if any(not p.is_alive() for p in (getattr(pool, "_processes", None) or {}).values()):
+                log.warning("remote write: a decoding worker died unnoticed; starting the pool anew")
+                self._restart_pool(pool)
+            raise
 
     def _retry(self, why: str) -> Reply:
         self.rejected += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -100,6 +101,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code = _main(argv)
+    lake = sys.modules.get("pipeline.lake")
+    if lake is not None and lake.abandoned():
+        # A writer kept connections to a DuckDB instance that failed internally: destroying them at exit would abort
+        # the process (pipeline.lake._ABANDONED), so it leaves without running destructors, its output flushed.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -339,6 +339,39 @@ def test_a_worker_killed_mid_request_answers_503_publishes_nothing_and_the_retry
         ("node", lb["instance"], lb["__name__"], (("k", lb["k"]),), ts, value_key(v)) for lb, v, ts in sent)
 
 
+def test_a_pool_that_missed_its_worker_dying_is_started_anew(settings: config.Settings) -> None:
+    """The worker is killed and the pool hangs instead of failing (what CPython's pool did in CI after a second kill):
+    the request times out with 503, the dead worker is seen, and the next request is decoded by a new one."""
+    from concurrent.futures import Future
+
+    from collectors.prom.remote_write import Receiver
+    from gangscope.transport.publish import Publisher
+
+    now = int(time.time() * 1000) - 60_000
+    body = write_request_body(({"__name__": "up", "job": "node", "instance": "n1:9100"}, [(1.0, now)]) for _ in [0])
+    proto = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
+    publisher = Publisher(settings, settings.kafka.bootstrap_servers)
+    before = set(multiprocessing.active_children())
+    receiver = Receiver(publisher, settings.cluster, ack_timeout_s=1, workers=1)
+    try:
+        [worker] = _new_children(before)
+        hung = receiver._pool
+        assert hung is not None
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(10)
+        hung.submit = lambda *a, **k: Future()  # type: ignore[method-assign]  # the hang: never done, never broken
+        code, _, text = receiver.handle(body, proto)
+        assert code == 503 and b"not decoded" in text
+        assert receiver._pool is not hung
+        receiver.ack_timeout_s = 60
+        code, _, _ = receiver.handle(body, proto)
+        assert code == 204 and receiver.samples == 1
+        assert [p.pid for p in _new_children(before) if p.is_alive()] not in ([], [worker.pid])
+    finally:
+        receiver.close()
+        publisher.close(timeout_s=10)
+
+
 def test_killed_decoding_workers_lose_nothing_and_double_nothing(node_exporter: Process, start_prometheus,
                                                                  settings: config.Settings) -> None:
     """Real Prometheus remote-writing to `gangscope run` while its decoding worker is killed, twice: the requests it

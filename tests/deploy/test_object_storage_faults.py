@@ -142,7 +142,8 @@ def test_catalog_restarted_under_writers(broker, s3_server: S3Server, tmp_path: 
         try:
             _wait(lambda: _landed(analyst) >= sent, 180,
                   f"{sent} events to land", procs)
-            assert all(p.popen.poll() is None for p in procs), "a writer died with the catalog away"
+            assert all(p.popen.poll() is None for p in procs), "a writer died with the catalog away:\n" + "\n".join(
+                f"--- {p.name} (exit {p.popen.poll()})\n{p.text()[-3000:]}" for p in procs)
             _stop(writers)
             _exactly_once(analyst, sent, settings)
         finally:

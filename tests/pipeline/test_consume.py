@@ -8,9 +8,11 @@ import logging
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -19,6 +21,8 @@ from gangscope import config
 from gangscope.transport import kafka as pkafka
 from pipeline import consume, lake
 from tests.pipeline.helpers import landed_counts, publish, start_pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.both_brokers  # Kafka behaviour: on the embedded broker and on Apache Kafka
 
@@ -460,8 +464,31 @@ def test_duckdb_invalidated_under_a_writer_opens_the_lake_again_and_lands_each_r
 
     monkeypatch.setattr(consume, "claim", claim)
     monkeypatch.setattr(consume, "write", write)
+    monkeypatch.setattr(lake, "_ABANDONED", [])
     with caplog.at_level(logging.WARNING, logger="pipeline.lake"):
         consume.run(settings, bootstrap, once=True)  # a group member: it claims its partitions
     assert len(dead) == 3
+    # Each dead connection was set aside, not closed by the writer (closing a real invalidated one with its
+    # transaction open aborts the process: lake._ABANDONED).
+    assert all(any(c is a for a in lake._ABANDONED) for c in dead)
     assert landed_counts(settings) == (120, 120, 120, 120)  # every record, none twice
     assert sum("must be opened again" in r.getMessage() for r in caplog.records) == 3
+
+
+def test_a_process_holding_an_invalidated_instance_exits_without_destroying_it(tmp_path: Path) -> None:
+    """With connections set aside (lake.abandon), `gangscope` leaves by os._exit: its exit code and last line kept,
+    no destructor or exit handler run (an atexit handler that would print is skipped)."""
+    code = ("import atexit, sys, duckdb\n"
+            "from pipeline import lake\n"
+            "con = duckdb.connect(); con.execute('BEGIN'); lake.abandon(con)\n"
+            "atexit.register(print, 'exit handlers ran')\n"
+            "from gangscope.app.cli import main\n"
+            f"sys.exit(main(['diagnose', '--data', {str(tmp_path / 'none')!r}]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("gangscope: no lake at "), done.stderr
+    assert "exit handlers ran" not in done.stdout
+    plain = subprocess.run([sys.executable, "-c", code.replace("lake.abandon(con)", "pass")], capture_output=True,
+                           text=True, timeout=120, cwd=ROOT)
+    assert plain.returncode == 2 and "exit handlers ran" in plain.stdout  # without one, a normal exit
+
