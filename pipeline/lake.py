@@ -243,7 +243,7 @@ REOPENS = 3  # new instances after internal errors per ``outlast`` call; the nex
 # landing's ROLLBACK was refused too) rolls it back in a C++ destructor, which throws "database has been invalidated"
 # and aborts the process (CI, 7 Dec: a writer opened the lake again after the PostgreSQL catalog restarted, closed the
 # old connection and died with "terminate called"). gangscope.app.cli leaves with os._exit while any are held, so they
-# are never destroyed; each holds its instance's memory until then (at most REOPENS per step, met a few times a year).
+# are never destroyed; each holds its instance's memory until then (at most REOPENS per step, after an internal error).
 _ABANDONED: list[object] = []
 
 
