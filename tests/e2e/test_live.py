@@ -30,13 +30,12 @@ PRECEDENCE = FAULTS
 
 
 def _run_env(sandbox_config: Path, data: Path, bootstrap: str, prefix: str, alertmanager_url: str) -> dict[str, str]:
-    """`gangscope run` against a sandbox: models every 8 s (at 3 s the builds ran back to back under CI's load, a core
-    per test: test_live_dip took 199 CPU-s at 3 s and 122 at 8, both passing), no reports / compaction / retention,
-    alerts kept far beyond the test (an alert that leaves Alertmanager was resolved by gangscope, not expired)."""
+    """`gangscope run` against a sandbox: models every 3 s, no reports / compaction / retention, alerts kept
+    far beyond the test (an alert that leaves Alertmanager was resolved by gangscope, not expired)."""
     return {**os.environ, "GANGSCOPE_CONFIG": str(sandbox_config), "GANGSCOPE_DATA": str(data),
             "GANGSCOPE_KAFKA_BOOTSTRAP_SERVERS": bootstrap, "GANGSCOPE_KAFKA_TOPIC_PREFIX": prefix,
             "GANGSCOPE_PIPELINE_GROUP_ID": f"{prefix}pipeline", "GANGSCOPE_PIPELINE_FLUSH_SECONDS": "1",
-            "GANGSCOPE_SCHEDULE_MODELS_BUILD": "interval:8", "GANGSCOPE_SCHEDULE_REPORT_HOURLY": "off",
+            "GANGSCOPE_SCHEDULE_MODELS_BUILD": "interval:3", "GANGSCOPE_SCHEDULE_REPORT_HOURLY": "off",
             "GANGSCOPE_SCHEDULE_REPORT_DAILY": "off", "GANGSCOPE_SCHEDULE_COMPACTION": "off",
             "GANGSCOPE_SCHEDULE_RETENTION": "off", "GANGSCOPE_SERVER_LISTEN": "127.0.0.1:0",
             "GANGSCOPE_FINDINGS_ALERTMANAGER_URL": alertmanager_url, "GANGSCOPE_FINDINGS_ALERT_TTL_S": "7200"}

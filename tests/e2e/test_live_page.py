@@ -170,7 +170,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, broker: Any) -> Iterator[Live
            "GANGSCOPE_CONFIG": str(sb.config), "GANGSCOPE_DATA": str(base / "data"),
            "GANGSCOPE_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap, "GANGSCOPE_KAFKA_TOPIC_PREFIX": prefix,
            "GANGSCOPE_PIPELINE_GROUP_ID": f"{prefix}pipeline", "GANGSCOPE_PIPELINE_FLUSH_SECONDS": "1",
-           "GANGSCOPE_SCHEDULE_MODELS_BUILD": "interval:8", "GANGSCOPE_SCHEDULE_REPORT_HOURLY": "off",
+           "GANGSCOPE_SCHEDULE_MODELS_BUILD": "interval:3", "GANGSCOPE_SCHEDULE_REPORT_HOURLY": "off",
            "GANGSCOPE_SCHEDULE_REPORT_DAILY": "off", "GANGSCOPE_SCHEDULE_COMPACTION": "off",
            "GANGSCOPE_SCHEDULE_RETENTION": "off", "GANGSCOPE_SERVER_LISTEN": f"127.0.0.1:{port}",
            "GANGSCOPE_SERVER_TOKEN": TOKEN, "GANGSCOPE_SERVER_PAGE_POLL_S": "1"}
