@@ -8,6 +8,9 @@ import cramjam
 
 from collectors.prom.remote_write import WriteRequest
 
+# The headers Prometheus sends with a remote-write 1.0 request.
+HEADERS = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
+
 Series = tuple[dict[str, str], list[tuple[float, int]]]  # labels (with __name__), [(value, timestamp ms)]
 
 

@@ -24,12 +24,11 @@ from gangscope.app.replay import replay
 from gangscope.transport import kafka as pkafka
 from pipeline import models
 from tests.collectors_metrics.lakeread import lake_query, landed_samples
-from tests.collectors_prom.rw import write_request_body
+from tests.collectors_prom.rw import HEADERS, write_request_body
 from tests.collectors_prom.test_remote_write import _environ, _post, running, service_settings, stored_samples
 from tests.servers.prometheus import Process
 
 YEAR_9999_MS = 253402300799000
-PROTO = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
 
 
 def _requests(metrics: Path, cluster: str, insane: list[tuple[dict[str, str], float, int]],
@@ -69,7 +68,7 @@ def test_remote_write_sends_insane_times_to_the_dead_letter_and_keeps_the_diagno
 
     s = service_settings(settings)
     with running(s) as url:
-        codes = [_post(url, body, PROTO) for body in bodies]
+        codes = [_post(url, body, HEADERS) for body in bodies]
     assert codes == [204] * len(bodies)  # the sane samples of the first request are not refused with the bad ones
     assert telemetry.REJECTED_AT_EDGE.labels(topic)._value.get() - rejected_before == 2
     replay(s, [str(sim.directory / "k8s.jsonl")], [], progress=None)

@@ -28,7 +28,7 @@ from gangscope.app.service import run_service
 from gangscope.transport.broker import EmbeddedBroker
 from pipeline.signals import signal_map
 from tests.collectors_metrics.lakeread import Sample, landed_samples, value_key
-from tests.collectors_prom.rw import write_request_body
+from tests.collectors_prom.rw import HEADERS, write_request_body
 from tests.servers.prometheus import Process, Prometheus, free_port
 
 
@@ -200,15 +200,14 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
 
 def test_malformed_requests_are_4xx_and_land_nothing(settings: config.Settings) -> None:
     s = service_settings(settings)
-    proto = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
     now = int(time.time() * 1000)
     body = write_request_body([({"__name__": "up", "instance": "n1:9100", "job": "node", "zone": "a"},
                                 [(1.0, now), (0.0, now + 1)])])
     with running(s) as url:
-        assert _post(url, b"not snappy at all", proto) == 400
-        assert _post(url, bytes(cramjam.snappy.compress_raw(b"\xff\xff\xff")), proto) == 400
-        assert _post(url, body, {**proto, "Content-Type": "application/json"}) == 415
-        assert _post(url, body, proto) == 204
+        assert _post(url, b"not snappy at all", HEADERS) == 400
+        assert _post(url, bytes(cramjam.snappy.compress_raw(b"\xff\xff\xff")), HEADERS) == 400
+        assert _post(url, body, {**HEADERS, "Content-Type": "application/json"}) == 415
+        assert _post(url, body, HEADERS) == 204
     landed = landed_samples(s)
     assert landed == [("node", "n1:9100", "up", (("zone", "a"),), now, "1.0"),
                       ("node", "n1:9100", "up", (("zone", "a"),), now + 1, "0.0")]
@@ -265,18 +264,17 @@ def test_backpressure_and_unacknowledged_requests_are_503_and_withdrawn(tmp_path
     publisher = Publisher(s, f"127.0.0.1:{free_port()}")
     try:
         receiver = Receiver(publisher, "c1", ack_timeout_s=0.5, max_buffered=3)
-        proto = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
         body = write_request_body(({"__name__": "up", "instance": f"n{i}:9100", "job": "node"},  # two targets
                                    [(1.0, 1_796_000_000_000)]) for i in range(2))
-        code, headers, text = receiver.handle(body, proto)
+        code, headers, text = receiver.handle(body, HEADERS)
         assert code == 503 and headers["Retry-After"] and b"did not acknowledge" in text
         assert publisher.buffered == 0  # withdrawn: the retry will not double them
         for i in range(4):  # a backlog (scrapes waiting for Kafka)
             publisher.publish(ScrapeBatch(cluster="c1", target=f"t{i}", job="j", instance="i", scraped_at_ms=1))
-        code, _, text = receiver.handle(body, proto)
+        code, _, text = receiver.handle(body, HEADERS)
         assert code == 503 and b"records wait for Kafka" in text and publisher.buffered == 4
         receiver.close()
-        assert receiver.handle(body, proto)[0] == 503
+        assert receiver.handle(body, HEADERS)[0] == 503
         assert receiver.samples == 0 and receiver.rejected == 3
     finally:
         publisher.close(timeout_s=0.1)
@@ -304,7 +302,6 @@ def test_a_worker_killed_mid_request_answers_503_publishes_nothing_and_the_retry
     sent = [({"__name__": f"m{i % 50}", "job": "node", "instance": f"n{i % 7}:9100", "k": str(i)}, float(i), now + i)
             for i in range(150_000)]  # new series: slow enough to decode (cache misses) to be killed in the middle
     body = write_request_body((labels, [(v, ts)]) for labels, v, ts in sent)
-    proto = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
     publisher = Publisher(settings, settings.kafka.bootstrap_servers)
     before = set(multiprocessing.active_children())
     receiver = Receiver(publisher, settings.cluster, ack_timeout_s=60, workers=1)
@@ -312,7 +309,7 @@ def test_a_worker_killed_mid_request_answers_503_publishes_nothing_and_the_retry
         [worker] = _new_children(before)
         idle = _cpu_s(worker.pid)
         replies: list[tuple[int, dict[str, str], bytes]] = []
-        t = threading.Thread(target=lambda: replies.append(receiver.handle(body, proto)))
+        t = threading.Thread(target=lambda: replies.append(receiver.handle(body, HEADERS)))
         t.start()
         deadline = time.monotonic() + 60
         while _cpu_s(worker.pid) < idle + 0.1:  # it is decoding this request
@@ -325,7 +322,7 @@ def test_a_worker_killed_mid_request_answers_503_publishes_nothing_and_the_retry
         assert publisher.buffered == 0 and publisher.published == 0  # nothing of it was published
         assert receiver.samples == 0
 
-        code, _, _ = receiver.handle(body, proto)  # Prometheus' retry, to a new worker
+        code, _, _ = receiver.handle(body, HEADERS)  # Prometheus' retry, to a new worker
         assert code == 204
         assert publisher.buffered == 0  # 204 only once Kafka acknowledged every record
         assert [p.pid for p in _new_children(before)] != [worker.pid]
@@ -349,7 +346,6 @@ def test_a_pool_that_missed_its_worker_dying_is_started_anew(settings: config.Se
 
     now = int(time.time() * 1000) - 60_000
     body = write_request_body(({"__name__": "up", "job": "node", "instance": "n1:9100"}, [(1.0, now)]) for _ in [0])
-    proto = {"Content-Type": "application/x-protobuf", "Content-Encoding": "snappy"}
     publisher = Publisher(settings, settings.kafka.bootstrap_servers)
     before = set(multiprocessing.active_children())
     receiver = Receiver(publisher, settings.cluster, ack_timeout_s=1, workers=1)
@@ -360,11 +356,11 @@ def test_a_pool_that_missed_its_worker_dying_is_started_anew(settings: config.Se
         os.kill(worker.pid, signal.SIGKILL)
         worker.join(10)
         hung.submit = lambda *a, **k: Future()  # type: ignore[method-assign]  # the hang: never done, never broken
-        code, _, text = receiver.handle(body, proto)
+        code, _, text = receiver.handle(body, HEADERS)
         assert code == 503 and b"not decoded" in text
         assert receiver._pool is not hung
         receiver.ack_timeout_s = 60
-        code, _, _ = receiver.handle(body, proto)
+        code, _, _ = receiver.handle(body, HEADERS)
         assert code == 204 and receiver.samples == 1
         assert [p.pid for p in _new_children(before) if p.is_alive()] not in ([], [worker.pid])
     finally:
