@@ -244,11 +244,15 @@ REOPENS = 3  # new instances after internal errors per ``outlast`` call; the nex
 # and aborts the process (CI, 7 Dec: a writer opened the lake again after the PostgreSQL catalog restarted, closed the
 # old connection and died with "terminate called"). gangscope.app.cli leaves with os._exit while any are held, so they
 # are never destroyed; each holds its instance's memory until then (at most REOPENS per step, after an internal error).
+# The same holds a connection a thread is still reading on when the process stops (a live-page read or a model build
+# past its grace): closing it fails that read, and a thread inside DuckDB at interpreter exit aborts the process too
+# (CI, 7 Dec: `gangscope run` stopped by SIGTERM ended in "terminate called without an active exception").
 _ABANDONED: list[object] = []
 
 
 def abandon(*cons: object) -> None:
-    """Keep the connections of an invalidated instance, unclosed, to the end of the process (see ``_ABANDONED``)."""
+    """Keep connections, unclosed, to the end of the process (see ``_ABANDONED``): those of an invalidated instance,
+    and those a thread the process stops without waiting for still uses."""
     _ABANDONED.extend(cons)
 
 

@@ -40,6 +40,7 @@ JOB_WAIT_S = 30.0  # a job page never read waits this long for its read before a
 MAX_WAITING = 2  # requests waiting for a read at once; more get 503 at once (the server has 4 workers)
 FLEET_EVERY_S = 15.0  # the fleet's marts are read at most this often (they change every fifth build)
 RERENDER_S = 30.0  # the overview is rendered again this often anyway (durations, resolved findings ageing out)
+CLOSE_S = 10.0  # close() waits this long for the reader to leave its interrupted read
 
 
 class LivePage:
@@ -76,10 +77,30 @@ class LivePage:
         return self
 
     def close(self) -> None:
+        """Stop the reader: its read in progress is interrupted, and its connection closed once it has left it.
+
+        A connection closed under a running read fails that read ("No open result set"), and a thread still in
+        DuckDB when the interpreter exits aborts the process; so a reader that does not stop in time keeps its
+        connection, set aside unclosed (``pipeline.lake.abandon``: gangscope then exits without destructors)."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(10)
+            deadline = time.monotonic() + CLOSE_S
+            while self._thread.is_alive() and time.monotonic() < deadline:
+                con = self._con  # the read in progress, and any the reader starts before it sees the stop
+                if con is not None:
+                    with contextlib.suppress(Exception):
+                        con.interrupt()
+                self._thread.join(0.25)
+            if self._thread.is_alive():
+                from pipeline import lake
+
+                log.warning("live page: the reader did not stop within %.0f s; its lake connection is left open",
+                            CLOSE_S)
+                if self._con is not None:
+                    lake.abandon(self._con)
+                    self._con = None
+                return
         self._close_con()
 
     def built(self, rest: bool) -> None:
@@ -103,6 +124,8 @@ class LivePage:
                 self._serve_asked()
                 self._refresh_overview()
             except Exception as e:  # the page must never take the service down; the next turn tries again
+                if self._stop.is_set():  # close() interrupted the read
+                    break
                 log.warning("live page: %s: %s", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
                 self._close_con()
             self._wake.wait(1.0)
@@ -110,6 +133,8 @@ class LivePage:
 
     def _connection(self) -> Any:
         if self._con is None:
+            if self._stop.is_set():  # close() is waiting for this thread: no new connection it would not see
+                raise RuntimeError("the live page is closing")
             from reports.sqlshell import connect_read_only
 
             self._con = connect_read_only(self.settings, threads=1)
@@ -157,7 +182,7 @@ class LivePage:
         self._overview_at = now
 
     def _serve_asked(self) -> None:
-        while True:
+        while not self._stop.is_set():
             with self._lock:
                 if not self._asked:
                     return

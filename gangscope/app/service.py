@@ -246,7 +246,13 @@ def run_service(settings: Settings, stop: threading.Event | None = None) -> int:
                     # The running pipeline could not finish the job (it failed): one more consumer drains.
                     consume.run(settings, bootstrap, until=offsets)
             if not scheduler.running or _shutdown_scheduler(scheduler, SCHEDULER_GRACE_S):
-                builds.close()  # not under a build still running past the grace
+                builds.close()
+            elif builds.con is not None:
+                # Not closed under a build still running past the grace, and set aside: a thread in DuckDB when the
+                # interpreter exits aborts the process, so gangscope then exits without destructors.
+                from pipeline import lake
+
+                lake.abandon(builds.con)
             findings_topic.close()
             if page is not None:
                 page.close()

@@ -337,6 +337,74 @@ def test_freshness_says_plainly_what_is_behind(page_settings, monkeypatch: pytes
             g.set(v)
 
 
+def _reading(page: LivePage, read: Any) -> Any:
+    """``page`` with its reader started on ``read`` (in place of a job's read) for a job a request asked for."""
+    from concurrent.futures import Future
+
+    started = __import__("threading").Event()
+
+    def job(namespace: str, name: str) -> None:
+        started.set()
+        read()
+
+    page._read_job = job  # type: ignore[method-assign]
+    page._asked[("team-a", "stuck")] = Future()
+    page.start()
+    assert started.wait(60), "the reader never started the read"
+    return page
+
+
+def test_close_interrupts_a_read_in_progress_and_closes_after_it(page_settings, caplog) -> None:
+    """Stopping `gangscope run` under a long page read: the read is interrupted and the connection closed only once
+    the reader left it (CI, 7 Dec: closed under the read, "No open result set", then the process aborted at exit)."""
+    page = LivePage(page_settings, 60.0)
+    seen: list[Any] = []
+
+    def read() -> None:
+        con = page._connection()
+        seen.append(con)
+        con.execute("SELECT count(*) FROM range(100000000000) a").fetchall()  # minutes on one thread
+
+    _reading(page, read)
+    time.sleep(0.5)  # inside DuckDB now
+    page.close()
+    assert page._thread is not None and not page._thread.is_alive()
+    assert page._con is None and seen and not lake.abandoned()
+    with pytest.raises(Exception, match="closed"):
+        seen[0].execute("SELECT 1")
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], "a stop is not a failure of the page"
+
+
+def test_a_reader_that_does_not_stop_keeps_its_connection_open(page_settings, monkeypatch) -> None:
+    """A reader still busy past the wait (outside DuckDB, where no interrupt reaches): its connection is set aside,
+    not closed under it, so `gangscope` exits without destructors (pipeline.lake.abandon)."""
+    import threading
+
+    from gangscope.app import page as page_mod
+
+    monkeypatch.setattr(page_mod, "CLOSE_S", 0.5)
+    monkeypatch.setattr(lake, "_ABANDONED", [])
+    release, connected = threading.Event(), threading.Event()
+    page = LivePage(page_settings, 60.0)
+
+    def read() -> None:
+        page._connection().execute("SELECT 1").fetchall()
+        connected.set()
+        release.wait(60)
+
+    _reading(page, read)
+    assert connected.wait(60)
+    page.close()
+    try:
+        assert page._thread is not None and page._thread.is_alive()
+        assert lake.abandoned() and page._con is None
+        assert lake._ABANDONED[0].execute("SELECT 42").fetchone() == (42,)  # open still
+    finally:
+        release.set()
+        page._thread.join(60)
+        lake._ABANDONED[0].close()
+
+
 def test_build_interval_of_each_schedule_kind(page_settings) -> None:
     def interval(spec: str) -> float | None:
         return build_interval(replace(page_settings, schedule=replace(page_settings.schedule, models_build=spec)))
