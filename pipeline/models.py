@@ -84,6 +84,7 @@ class BuildStats:
     per_model_s: dict[str, float] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     incremental: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # table models left as they were: nothing they read changed
     rebuilt_from: dict[str, Any] = field(default_factory=dict)  # incremental model -> when its rebuilt rows start
     source_state: str = ""  # what the raw inputs were when the build began (is_stale compares it)
 
@@ -212,6 +213,38 @@ def source_state(con: duckdb.DuckDBPyConnection) -> str:
         " (SELECT count(*) FROM raw.scrapes)"
     ).fetchone()
     return "|".join(str(v) for v in row or ())
+
+
+# The raw inputs in two sources, and the fields of ``source_state`` that fingerprint each (in its order): a model
+# that reads only sources with nothing new since the last recorded build, under the same definitions, is kept.
+SOURCES = {"raw.k8s_objects": "k8s", "raw.metric_points": "metrics", "raw.metric_series": "metrics",
+           "raw.scrapes": "metrics"}
+_STATE_FIELDS = {"k8s": (0, 1), "metrics": (2, 3, 4)}
+
+
+def _quiet_sources(before: str | None, now: str) -> set[str] | None:
+    """The sources in which nothing landed between the recorded state ``before`` and ``now`` (both ``source_state``
+    + "|" + definitions); None (nothing is kept, not even a model that reads no source) when the definitions
+    differ, no build was recorded or a state is not of this shape."""
+    if before is None:
+        return None
+    old, new = before.split("|"), now.split("|")
+    width = 1 + max(i for fields in _STATE_FIELDS.values() for i in fields)
+    if len(old) != len(new) or len(new) != width + 1 or old[-1] != new[-1]:
+        return None
+    return {src for src, fields in _STATE_FIELDS.items() if all(old[i] == new[i] for i in fields)}
+
+
+def sources_of(plan: list[Model]) -> dict[str, frozenset[str]]:
+    """model -> the raw sources it reads, directly or through other models (``plan`` in build order); a raw table
+    outside ``SOURCES`` counts as one that always changes (``"?"``), so its readers are never kept."""
+    out: dict[str, frozenset[str]] = {}
+    for m in plan:
+        src: set[str] = set()
+        for r in m.refs - {m.table}:
+            src |= out[r] if r in out else {SOURCES.get(r, "?")}
+        out[m.table] = frozenset(src)
+    return out
 
 
 def _existing(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
@@ -374,12 +407,19 @@ def _build_keyed(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing:
 def _build_one(con: duckdb.DuckDBPyConnection, m: Model, full: bool, existing: dict[str, str],
                seen: dict[str, object], marks: dict[str, tuple[Any, ...]],
                new_marks: dict[str, tuple[Any, ...]], variables: str = "",
-               rebuilt: dict[str, Any] | None = None) -> bool:
+               rebuilt: dict[str, Any] | None = None, defs: str = "") -> bool:
     """Build one model; returns True when it was an incremental append. An incremental model's new mark
     goes to ``new_marks`` (saved with the build); ``rebuilt`` gets, per incremental model built, the time from
     which its rows were rewritten (its readers rewrite theirs from there too)."""
     if m.materialized == "view":
-        _replace(con, m, "VIEW", existing)
+        # Made again only when a definition changed: DuckDB binds a view's columns when it is made, so the hash
+        # covers every model's SQL and the variables, not this one's alone. A view made each build cost a catalog
+        # write and its share of the commit at every build.
+        digest = hashlib.sha256((defs + "\0" + m.table).encode()).hexdigest()[:16]
+        old = marks.get(m.table)
+        if full or old is None or old[1] != digest or existing.get(m.table) != "VIEW":
+            _replace(con, m, "VIEW", existing)
+            new_marks[m.table] = (None, digest)
         return False
     if m.materialized == "incremental" and m.unique_key:
         return _build_keyed(con, m, full, existing, marks, new_marks, variables)
@@ -463,6 +503,8 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
             parts = parts[:1] + [[]]  # an empty last part: nothing built, nothing recorded
         stats = BuildStats()
         rebuilt: dict[str, Any] = {}
+        sources = sources_of(plan)
+        changed: set[str] = set()  # models whose rows may differ from the last build's, shared by the parts
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
             if not part:
@@ -471,12 +513,14 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
             with lake.COMMIT_LOCK:  # landings in this process wait: see lake.COMMIT_LOCK
                 s = lake.retry(lambda part=part, last=last: _build_all(
                     con, part, full, defs, last, stats.source_state or known.get("state"),
-                    known.pop("existing", None), var_text, rebuilt), attempts=5)  # a retry lists again
+                    known.pop("existing", None), var_text, rebuilt, sources, changed),
+                    attempts=5)  # a retry lists again
             stats.source_state = stats.source_state or s.source_state
             stats.models += s.models
             stats.seconds += s.seconds
             stats.per_model_s.update(s.per_model_s)
             stats.incremental += s.incremental
+            stats.kept += s.kept
             stats.rebuilt_from.update(rebuilt)
             if not last and then is not None:
                 then(con)
@@ -490,7 +534,8 @@ def build(settings: Settings, con: duckdb.DuckDBPyConnection | None = None, sql_
 
 def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, defs: str,
                record: bool = True, state: str | None = None, existing: dict[str, str] | None = None,
-               variables: str = "", rebuilt: dict[str, Any] | None = None) -> BuildStats:
+               variables: str = "", rebuilt: dict[str, Any] | None = None,
+               sources: dict[str, frozenset[str]] | None = None, changed: set[str] | None = None) -> BuildStats:
     stats = BuildStats()
     t0 = time.perf_counter()
     con.execute("BEGIN TRANSACTION")
@@ -502,10 +547,22 @@ def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, de
         marks = _marks(con, existing)
         new_marks: dict[str, tuple[Any, ...]] = {}
         rebuilt = {} if rebuilt is None else rebuilt  # shared by a build's parts
+        changed = set() if changed is None else changed
+        quiet = None if full or sources is None else _quiet_sources(_recorded(con, existing), state)
         for m in plan:
+            # Nothing it reads, raw or model, changed since the last recorded build: a table model is kept as it
+            # is (a scheduled build with only new samples left the Kubernetes models alone), other kinds run but
+            # count as unchanged for the models over them.
+            unchanged = (quiet is not None and sources is not None and sources[m.table] <= quiet
+                         and not (m.refs & changed) and m.table in existing)
+            if unchanged and m.materialized == "table" and existing[m.table] == "TABLE":
+                stats.kept.append(m.table)
+                continue
+            if not unchanged:
+                changed.add(m.table)
             t = time.perf_counter()
             try:
-                inc = _build_one(con, m, full, existing, seen, marks, new_marks, variables, rebuilt)
+                inc = _build_one(con, m, full, existing, seen, marks, new_marks, variables, rebuilt, defs)
             except duckdb.Error as e:
                 if lake.is_conflict(e) or lake.is_unavailable(e):  # not the model's fault: said as it is
                     raise
@@ -528,8 +585,17 @@ def _build_all(con: duckdb.DuckDBPyConnection, plan: list[Model], full: bool, de
             con.execute("ROLLBACK")
         raise
     stats.seconds = time.perf_counter() - t0
-    log.info("built %d models in %.1fs", stats.models, stats.seconds)
+    log.info("built %d models in %.1fs%s", stats.models, stats.seconds,
+             f" ({len(stats.kept)} kept: nothing they read changed)" if stats.kept else "")
     return stats
+
+
+def _recorded(con: duckdb.DuckDBPyConnection, existing: dict[str, str]) -> str | None:
+    """The source state the last recorded build saw (with the definitions), if any."""
+    if STATE_TABLE not in existing:
+        return None
+    row = con.execute(f"SELECT source_state FROM {STATE_TABLE} ORDER BY built_at DESC LIMIT 1").fetchone()
+    return row[0] if row else None
 
 
 def run_assertions(con: duckdb.DuckDBPyConnection, sql_dir: Path = SQL_DIR) -> dict[str, int]:

@@ -24,7 +24,7 @@ from tests.servers import alertmanager, kafka, kubernetes, postgres, prometheus,
 
 # Screenshots a test took are kept after it passes too (tests/screenshots.py): $GANGSCOPE_SCREENSHOTS, else
 # .pytest_cache/d/screenshots.
-pytest_plugins = ["tests.screenshots"]
+pytest_plugins = ["tests.screenshots", "tests.cpu"]
 
 # Upstream object and metric shapes, copied into the clone with their sources (tests/fixtures/reference/README.md).
 REFERENCE = Path(__file__).resolve().parent / "fixtures" / "reference"

@@ -240,3 +240,39 @@ def test_retention_and_compaction_delete_retired_objects_but_not_a_readers(s3_se
     finally:
         reader.close()
         con.close()
+
+
+def test_a_port_taken_before_weed_binds_it_starts_it_again_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The S3 gateway's port taken by another process between its pick and weed's bind (CI, 7 Dec: four workers
+    starting servers together): weed exits, and the server is started again on other ports, not failed."""
+    import socket
+
+    from tests.servers import s3
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    picks = iter([free_port() for _ in range(6)] + [taken.getsockname()[1]])  # master, volume, filer; then s3
+    monkeypatch.setattr(s3, "free_port", lambda: next(picks, None) or free_port())
+    exits: list[str] = []
+    real = s3._start
+
+    def start(timeout_s: float) -> S3Server:
+        try:
+            return real(timeout_s)
+        except s3._Exited as e:
+            exits.append(str(e))
+            raise
+
+    monkeypatch.setattr(s3, "_start", start)
+    port = taken.getsockname()[1]
+    try:
+        server = s3.start()
+    finally:
+        taken.close()
+    try:
+        assert len(exits) == 1 and "exited" in exits[0], exits
+        assert server.ports["s3"] != port
+        assert s3.request(server.endpoint, server.admin, "GET", f"/{server.bucket}")[0] == 200
+    finally:
+        server.remove()

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -48,6 +49,10 @@ def binary() -> Path:
                            f"build log: {gobuild.log_tail()}")
     return path
 
+
+
+class _Exited(RuntimeError):
+    """``weed`` exited while starting."""
 
 @dataclass
 class Credentials:
@@ -156,7 +161,9 @@ class S3Server:
         deadline = t0 + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"weed exited with code {self.process.returncode}: {self.log[-1500:]}")
+                # glog's fatal line ("F1207 ...") first: the goroutine dump after it fills the log's tail.
+                fatal = "\n".join(ln for ln in self.log.splitlines() if re.match(r"F\d{4} ", ln))
+                raise _Exited(f"weed exited with code {self.process.returncode}: {fatal}\n{self.log[-1500:]}")
             if self._answers():
                 self.started_s.append(time.monotonic() - t0)
                 return self
@@ -187,8 +194,22 @@ class S3Server:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start(timeout_s: float = 120.0) -> S3Server:
-    """A new SeaweedFS with a bucket and credentials made for this run; RuntimeError with the reason if it cannot."""
+def start(timeout_s: float = 120.0, attempts: int = 3) -> S3Server:
+    """A new SeaweedFS with a bucket and credentials made for this run; RuntimeError with the reason if it cannot.
+
+    A ``weed`` that exits at once is started again on other ports: its eight ports are picked free but bound only
+    when it starts, and another worker's server may take one in between (CI, 7 Dec: four workers starting their
+    servers together, the S3 gateway's listen failed, "weed exited with code 255")."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return _start(timeout_s)
+        except _Exited:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start(timeout_s: float) -> S3Server:
     root = Path(tempfile.mkdtemp(prefix="gangscope-s3-"))
     (root / "data").mkdir()
     ports: dict[str, int] = {}

@@ -78,9 +78,10 @@ def test_incremental_rebuild_neither_loses_nor_doubles(offline_settings) -> None
         full = models.build(offline_settings, con, full=True)
         assert full.incremental == []
         assert con.execute("SELECT count(*) FROM intermediate.int_node_bandwidth").fetchone()[0] == 2 * 124
-        incremental = {m.table for m in models.discover().values() if m.materialized == "incremental"}
+        # One mark per incremental model (and one per view: the definitions it was made under).
+        marked = {m.table for m in models.discover().values() if m.materialized in ("incremental", "view")}
         kept = con.execute(f"SELECT model, count(*) FROM {models.WATERMARKS} GROUP BY ALL").fetchall()
-        assert {m for m, _ in kept} == incremental and {n for _, n in kept} == {1}  # one mark per model
+        assert {m for m, _ in kept} == marked and {n for _, n in kept} == {1}
         # A marks table of an older shape is dropped: every incremental model is rebuilt from scratch, once.
         con.execute(f"CREATE OR REPLACE TABLE {models.WATERMARKS} (model VARCHAR, high_water TIMESTAMPTZ)")
         _bw(raw, 31, 32)
@@ -121,6 +122,89 @@ def test_builds_add_no_catalog_tables(offline_settings) -> None:
         raw.write(con)
         assert con.execute("SELECT count(*) FROM ducklake_list_files(?, 'metric_points', schema => 'raw')",
                            [lake.ALIAS]).fetchone()[0] == files
+    finally:
+        con.close()
+
+
+def test_a_view_is_made_again_only_when_a_definition_changed(offline_settings, tmp_path: Path) -> None:
+    """Views are not made at every build (a catalog write each), yet one reads right after any model changed: an
+    upstream table's new column reaches a view over ``SELECT *`` (DuckDB binds a view's columns when it is made)."""
+    d = tmp_path / "sql"
+    _write(d, "staging", "s", "SELECT 1 AS x FROM (SELECT 1)")
+    _write(d, "intermediate", "v", "-- materialized: view\nSELECT * FROM staging.s")
+    _write(d, "marts", "m", "SELECT * FROM intermediate.v")
+
+    def views_made(con) -> int:
+        return con.execute(f"SELECT count(*) FROM __ducklake_metadata_{lake.ALIAS}.ducklake_view").fetchone()[0]
+
+    con = lake.connect(offline_settings)
+    try:
+        models.build(offline_settings, con, sql_dir=d)
+        made = views_made(con)
+        for _ in range(3):
+            models.build(offline_settings, con, sql_dir=d)
+        assert views_made(con) == made  # built three times, the view made once
+        assert con.execute("SELECT * FROM marts.m").fetchall() == [(1,)]
+        _write(d, "staging", "s", "SELECT 1 AS x, 'two' AS y FROM (SELECT 1)")
+        models.build(offline_settings, con, sql_dir=d)
+        assert views_made(con) > made
+        assert con.execute("SELECT * FROM marts.m").fetchall() == [(1, "two")]
+        assert con.execute("SELECT * FROM intermediate.v").fetchall() == [(1, "two")]
+        models.build(offline_settings, con, sql_dir=d, full=True)  # --full makes every view again
+        assert views_made(con) > made + 1
+    finally:
+        con.close()
+
+
+def test_models_with_nothing_new_to_read_are_kept_and_match_a_full_build(offline_settings) -> None:
+    """A build after only new samples keeps the Kubernetes models as they are (issue 37: work that follows what
+    arrived); one after a new object rebuilds them. Either way the marts are those a full build makes of the lake."""
+    from tests.sql.lakefix import cond, node, pod
+
+    def marts(con) -> dict[str, list]:
+        return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+                for t in ("marts.findings", "marts.jobs", "staging.stg_workloads", "intermediate.int_pod_jobs")}
+
+    def full_build_agrees(con) -> None:
+        got = marts(con)
+        models.build(offline_settings, con, full=True)
+        assert marts(con) == got
+
+    con = lake.connect(offline_settings)
+    try:
+        raw = Raw()
+        raw.event(0, node("a1", "r1"))
+        raw.event(1, workload("team-a", "wl-a", "Job", "job-a", 1, [
+            cond("QuotaReserved", "False", "Pending", "couldn't assign flavors to pod set main: insufficient quota "
+                 "for nvidia.com/gpu in flavor gpu, 16 more needed", 1)]))
+        _bw(raw, 0, 20)
+        raw.write(con)
+        models.build(offline_settings, con)
+        _bw(raw, 20, 21)  # samples only
+        raw.write(con)
+        quiet = models.build(offline_settings, con, only_stale=True)
+        assert {"staging.stg_workloads", "staging.stg_pods", "intermediate.int_pod_jobs"} <= set(quiet.kept)
+        assert "intermediate.int_node_bandwidth" not in quiet.kept and "marts.findings" not in quiet.kept
+        full_build_agrees(con)
+        # A new object: the models that read it are built again, and it shows.
+        raw.event(21, workload("team-b", "wl-b", "Job", "job-b", 1, [
+            cond("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue team", 21),
+            cond("Admitted", "True", "Admitted", "The workload is admitted", 21)], cluster_queue="team"))
+        raw.event(21, pod("team-b", "job-b-0", "Job", "job-b", "a1", "Running"))
+        _bw(raw, 21, 22)
+        raw.write(con)
+        busy = models.build(offline_settings, con, only_stale=True)
+        assert not {"staging.stg_workloads", "staging.stg_pods", "intermediate.int_pod_jobs"} & set(busy.kept)
+        assert ("team-b", "job-b") in {(r[1], r[2]) for r in con.execute(
+            "SELECT cluster, namespace, job FROM marts.jobs").fetchall()}
+        full_build_agrees(con)
+        # Kept across builds that record nothing (the scheduled findings-first builds) too.
+        _bw(raw, 22, 23)
+        raw.write(con)
+        scheduled = models.build(offline_settings, con, only_stale=True, first=("marts.findings",), rest=False)
+        assert "staging.stg_workloads" in scheduled.kept
+        models.build(offline_settings, con, only_stale=True)
+        full_build_agrees(con)
     finally:
         con.close()
 
