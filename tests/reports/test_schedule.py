@@ -231,11 +231,13 @@ def test_scheduled_builds_publish_findings_every_time_and_the_other_marts_every_
     now = [1000.0]
     monkeypatch.setattr(schedule.time, "monotonic", lambda: now[0])
     built: list[set[str]] = []
+    kept: list[set[str]] = []
     real = schedule.build_models
 
     def recording(*a, **k):
         stats = real(*a, **k)
-        built.append(set(stats.per_model_s))
+        built.append(set(stats.per_model_s) | set(stats.kept))  # kept: looked at, nothing new to read
+        kept.append(set(stats.kept))
         return stats
 
     monkeypatch.setattr(schedule, "build_models", recording)
@@ -262,6 +264,7 @@ def test_scheduled_builds_publish_findings_every_time_and_the_other_marts_every_
         now[0] += 10  # five intervals since the rest was built
         builds()
         assert outlet.ticks == 6 and rest <= built[-1] and "marts.findings" in built[-1]
+        assert "staging.stg_scrape_health" in kept[-1] and "marts.node_health" not in kept[-1]  # only pods landed
         assert not models.is_stale(settings, con)
         assert snapshots() == 1
     finally:
