@@ -292,10 +292,7 @@ def _staleness(con: duckdb.DuckDBPyConnection, defs: str, sql_dir: Path) -> tupl
     read them again (the catalog listing alone was 0.1-0.3 s of every live build)."""
     existing = _existing(con)
     state = source_state(con) + "|" + defs
-    if STATE_TABLE not in existing:
-        return True, state, existing
-    row = con.execute(f"SELECT source_state FROM {STATE_TABLE} ORDER BY built_at DESC LIMIT 1").fetchone()
-    if not row or row[0] != state:
+    if _recorded(con, existing) != state:
         return True, state, existing
     names = {f"{layer}.{p.stem}" for layer in LAYERS for p in (sql_dir / layer).glob("*.sql")}
     return any(t not in existing for t in names), state, existing

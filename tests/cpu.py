@@ -52,11 +52,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         outcome.get_result().user_properties.append(("cpu_s", _own_and_reaped_s() - _start.pop(item.nodeid)))
 
 
+_BUSY = pytest.StashKey[tuple[float | None, float]]()  # the machine's busy CPU-s and the time at the start
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_BUSY] = (_machine_busy_s(), time.monotonic())
-
-
-_BUSY = pytest.StashKey[tuple[float | None, float]]()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

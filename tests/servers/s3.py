@@ -50,9 +50,9 @@ def binary() -> Path:
     return path
 
 
-
 class _Exited(RuntimeError):
     """``weed`` exited while starting."""
+
 
 @dataclass
 class Credentials:
